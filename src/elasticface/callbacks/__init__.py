@@ -1,0 +1,1 @@
+"""Lightning callbacks, one concern each."""

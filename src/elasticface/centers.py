@@ -1,0 +1,79 @@
+"""Class-centre layers: turn embeddings into cosine logits against learned class centres.
+
+Heads never own class weights, so any head works with any centres layer. Every layer returns
+`(cos [B, C'], labels')` in float32 even under autocast: the margin arithmetic near cos = ±1 needs it.
+
+- `FullFC`: all C (× K sub-centres) centres every step.
+- `PartialFC`: insightface's Partial FC sampling: every step uses the centres of the classes present in
+  the batch plus a random subset of the others (`sample_rate` of C), with labels remapped into the subset.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+
+class FullFC(nn.Module):
+    """All class centres, one row per (class, sub-centre): row c*K + k."""
+
+    def __init__(self, embedding_size: int, num_classes: int, centers_per_class: int = 1, normalize: bool = True,
+                 init_std: float = 0.01) -> None:
+        super().__init__()
+        if num_classes < 1:
+            raise ValueError(f"num_classes={num_classes}: must be >= 1")
+        if centers_per_class < 1:
+            raise ValueError(f"centers_per_class={centers_per_class}: must be >= 1")
+        self.num_classes = num_classes
+        self.centers_per_class = centers_per_class
+        self.normalize = normalize
+        self.weight = nn.Parameter(torch.empty(num_classes * centers_per_class, embedding_size).normal_(0.0, init_std))
+
+    def logits(self, embeddings: Tensor, weight: Tensor) -> Tensor:
+        """Cosine (or, for plain softmax, inner-product) logits in fp32."""
+        with torch.autocast(device_type=embeddings.device.type, enabled=False):
+            emb, w = embeddings.float(), weight.float()
+            if not self.normalize:
+                return F.linear(emb, w)
+            return F.linear(F.normalize(emb, dim=1), F.normalize(w, dim=1)).clamp_(-1.0, 1.0)
+
+    def forward(self, embeddings: Tensor, labels: Tensor | None = None) -> tuple[Tensor, Tensor | None]:
+        return self.logits(embeddings, self.weight), labels
+
+
+class PartialFC(FullFC):
+    """Partial FC (An et al. 2022): positives plus a uniform sample of negatives, `sample_rate` of all classes.
+
+    In eval mode, or with sample_rate = 1, it is FullFC. Labels are remapped to column indices of the
+    sampled subset, so heads and cross-entropy see an ordinary (smaller) classification problem.
+    """
+
+    def __init__(self, embedding_size: int, num_classes: int, sample_rate: float = 0.1, centers_per_class: int = 1,
+                 normalize: bool = True, init_std: float = 0.01) -> None:
+        super().__init__(embedding_size, num_classes, centers_per_class, normalize, init_std)
+        if not 0.0 < sample_rate <= 1.0:
+            raise ValueError(f"sample_rate={sample_rate}: must be in (0, 1]")
+        self.sample_rate = sample_rate
+        self.num_sample = max(1, int(round(sample_rate * num_classes)))
+        self.last_sampled_classes: Tensor | None = None
+
+    def sample_classes(self, labels: Tensor) -> Tensor:
+        """Sorted class ids: all classes in `labels`, topped up with random others to `num_sample`."""
+        positive = torch.unique(labels[labels >= 0])
+        if positive.numel() >= self.num_sample:
+            return positive
+        score = torch.rand(self.num_classes, device=labels.device)
+        score[positive] = 2.0  # positives always win the top-k
+        return torch.topk(score, self.num_sample, sorted=False).indices.sort().values
+
+    def forward(self, embeddings: Tensor, labels: Tensor | None = None) -> tuple[Tensor, Tensor | None]:
+        if labels is None or not self.training or self.num_sample >= self.num_classes:
+            return super().forward(embeddings, labels)
+        classes = self.sample_classes(labels)
+        self.last_sampled_classes = classes
+        k = self.centers_per_class
+        rows = (classes[:, None] * k + torch.arange(k, device=classes.device)).reshape(-1) if k > 1 else classes
+        remapped = torch.searchsorted(classes, labels.clamp_min(0))
+        remapped = torch.where(labels >= 0, remapped, labels)
+        return self.logits(embeddings, self.weight[rows]), remapped

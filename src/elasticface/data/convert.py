@@ -1,0 +1,195 @@
+"""Converters between face data formats, as functions and as a CLI.
+
+    python -m elasticface.data.convert folder2rec IMAGE_ROOT OUT_DIR      # -> OUT_DIR/train.rec/.idx/property
+    python -m elasticface.data.convert rec2folder REC_ROOT OUT_DIR        # -> OUT_DIR/<label>/<key>.jpg
+    python -m elasticface.data.convert pairs2bin PAIRS IMAGE_ROOT OUT.bin # 'path1 path2 0|1' -> insightface .bin
+    python -m elasticface.data.convert reindex REC_ROOT                   # rebuild a lost train.idx (im2rec order)
+
+RecordIO is written in the legacy insightface layout (header key 0, images 1..N, identity ranges
+N+1..N+C, `property`), so insightface's and MXNet's readers open it too. JPEGs that are already
+112x112 are stored byte for byte; anything else is decoded, made RGB, resized and re-encoded.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import logging
+import os
+import sys
+from collections.abc import Sequence
+
+import numpy as np
+from PIL import Image
+
+from elasticface.data.decode import CorruptImageError, decode_image, encode_jpeg, image_format
+from elasticface.data.folder import IMAGE_EXTENSIONS, scan_image_folder
+from elasticface.data.recordio import (
+    CorruptRecordError,
+    RecordIODataset,
+    RecordIOWriter,
+    pack_header,
+    scan_records,
+)
+
+log = logging.getLogger(__name__)
+
+_FLOAT32_EXACT = 1 << 24
+
+
+def prepare_image(data: bytes, image_size: int = 112, quality: int = 95) -> tuple[bytes, bool]:
+    """(JPEG bytes of an RGB image_size x image_size face, whether it had to be re-encoded)."""
+    try:
+        with Image.open(io.BytesIO(data)) as img:
+            if img.format == "JPEG" and img.size == (image_size, image_size) and img.mode in ("RGB", "L"):
+                img.load()  # a full decode catches truncated files before they enter the dataset
+                return data, False
+    except Exception as exc:  # noqa: BLE001 - PIL raises many types
+        raise CorruptImageError(f"cannot decode image: {exc}") from exc
+    tensor = decode_image(data, "pil", image_size)
+    return encode_jpeg(tensor, quality), True
+
+
+def write_recordio(image_root: str, out_dir: str, prefix: str = "train", image_size: int = 112, quality: int = 95,
+                   extensions: Sequence[str] = IMAGE_EXTENSIONS, max_corrupt: int = 10) -> dict[str, int]:
+    """Image folder (one sub-folder per identity) -> legacy insightface RecordIO in `out_dir`."""
+    classes, paths, labels = scan_image_folder(str(image_root), extensions)
+    n, c = len(paths), len(classes)
+    if n + c + 1 >= _FLOAT32_EXACT:
+        raise ValueError(f"{image_root}: {n} images + {c} identities exceed 2^24, where the legacy layout's float32 "
+                         "key ranges stop being exact; split the data into several .rec files")
+    os.makedirs(out_dir, exist_ok=True)
+    rec_path = os.path.join(out_dir, f"{prefix}.rec")
+    ranges = np.zeros((c, 2), dtype=np.int64)
+    kept_labels: list[int] = []
+    reencoded = skipped = 0
+    with RecordIOWriter(rec_path) as writer:
+        # the header needs N, which is only final once unreadable files are dropped: write a placeholder
+        # of the same size now and patch it in place at the end
+        writer.write(0, pack_header([0.0, 0.0]))
+        key = 1
+        for path, label in zip(paths, labels.tolist()):
+            with open(path, "rb") as f:
+                data = f.read()
+            try:
+                jpeg, changed = prepare_image(data, image_size, quality)
+            except CorruptImageError as exc:
+                skipped += 1
+                log.warning("skipping unreadable image %s: %s", path, exc)
+                if skipped > max_corrupt:
+                    raise RuntimeError(f"{image_root}: more than max_corrupt={max_corrupt} unreadable images; last {path}") from exc
+                continue
+            reencoded += changed
+            writer.write_image(key, float(label), jpeg)
+            kept_labels.append(label)
+            key += 1
+        n = key - 1
+        lab = np.asarray(kept_labels, dtype=np.int64)
+        starts = np.searchsorted(lab, np.arange(c), side="left") + 1
+        ends = np.searchsorted(lab, np.arange(c), side="right") + 1
+        ranges[:, 0], ranges[:, 1] = starts, ends
+        for i in range(c):
+            writer.write(n + 1 + i, pack_header([float(ranges[i, 0]), float(ranges[i, 1])], n + 1 + i))
+        split = writer.num_split_records
+    with open(rec_path, "r+b") as f:
+        head = pack_header([float(n + 1), float(n + 1 + c)])
+        f.seek(8)  # after magic + lrec of record 0 (whole record: 24 + 8 bytes, unchanged length)
+        f.write(head)
+    with open(os.path.join(out_dir, "property"), "w") as f:
+        f.write(f"{c},{image_size},{image_size}\n")
+    log.info("wrote %s: %d images, %d identities (%d re-encoded, %d skipped, %d multi-chunk records)",
+             rec_path, n, c, reencoded, skipped, split)
+    return {"images": n, "classes": c, "reencoded": reencoded, "skipped": skipped, "multi_chunk": split}
+
+
+def recordio_to_folder(rec_root: str, out_dir: str, prefix: str = "train", max_corrupt: int = 10) -> dict[str, int]:
+    """RecordIO -> `out_dir/<label>/<key>.<ext>` with the stored bytes copied unchanged (no re-encoding)."""
+    ds = RecordIODataset(rec_root, max_corrupt=max_corrupt, prefix=prefix)
+    width = max(len(str(ds.num_classes - 1)), 1)
+    os.makedirs(out_dir, exist_ok=True)
+    for c in range(ds.num_classes):  # every identity gets its folder, so sorted names == labels
+        os.makedirs(os.path.join(out_dir, f"{c:0{width}d}"), exist_ok=True)
+    written = 0
+    for i in range(len(ds)):
+        key = int(ds.image_keys[i])
+        try:
+            data, label = ds.read_raw(i)
+            if not 0 <= label < ds.num_classes:
+                raise CorruptRecordError(f"label {label} outside [0, {ds.num_classes})")
+        except CorruptRecordError as exc:
+            ds._corrupt(key, str(exc))
+            continue
+        with open(os.path.join(out_dir, f"{label:0{width}d}", f"{key}.{image_format(data)}"), "wb") as f:
+            f.write(data)
+        written += 1
+    log.info("wrote %d images of %d identities to %s (%d corrupt records skipped)", written, ds.num_classes,
+             out_dir, ds.num_corrupt)
+    return {"images": written, "classes": ds.num_classes, "skipped": ds.num_corrupt}
+
+
+def pairs_to_bin(pairs_file: str, image_root: str, out_path: str, image_size: int = 112, quality: int = 95) -> dict[str, int]:
+    """A pair list (`path1 path2 0|1`) -> insightface `.bin`; 112x112 JPEGs are stored byte for byte."""
+    from elasticface.data.pairs import pairs_from_list, write_bin
+
+    pairs = pairs_from_list(pairs_file, image_root, image_size=image_size)
+    images = []
+    for i in range(len(pairs)):
+        jpeg, _ = prepare_image(pairs.raw(i), image_size, quality)
+        images.append(jpeg)
+    write_bin(out_path, images, pairs.issame.tolist())
+    return {"pairs": pairs.num_pairs, "positives": int(pairs.issame.sum())}
+
+
+def rebuild_index(rec_root: str, prefix: str = "train") -> int:
+    """Write `prefix.idx` by scanning `prefix.rec`; keys are record ordinals (0, 1, 2, ...)."""
+    rec_path = os.path.join(rec_root, f"{prefix}.rec")
+    if not os.path.isfile(rec_path):
+        raise FileNotFoundError(f"{rec_path} not found")
+    idx_path = os.path.join(rec_root, f"{prefix}.idx")
+    count = 0
+    with open(idx_path + ".tmp", "w") as f:
+        for key, offset in scan_records(rec_path):
+            f.write(f"{key}\t{offset}\n")
+            count += 1
+    os.replace(idx_path + ".tmp", idx_path)
+    return count
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m elasticface.data.convert", description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="cmd", required=True)
+    p = sub.add_parser("folder2rec", help="image folder (one sub-folder per identity) -> train.rec/.idx/property")
+    p.add_argument("image_root")
+    p.add_argument("out_dir")
+    p.add_argument("--prefix", default="train")
+    p.add_argument("--image-size", type=int, default=112)
+    p.add_argument("--quality", type=int, default=95)
+    p = sub.add_parser("rec2folder", help="train.rec/.idx -> OUT_DIR/<label>/<key>.jpg")
+    p.add_argument("rec_root")
+    p.add_argument("out_dir")
+    p.add_argument("--prefix", default="train")
+    p = sub.add_parser("pairs2bin", help="pairs list 'path1 path2 0|1' -> insightface .bin")
+    p.add_argument("pairs_file")
+    p.add_argument("image_root")
+    p.add_argument("out_path")
+    p.add_argument("--image-size", type=int, default=112)
+    p.add_argument("--quality", type=int, default=95)
+    p = sub.add_parser("reindex", help="rebuild a missing train.idx by scanning train.rec")
+    p.add_argument("rec_root")
+    p.add_argument("--prefix", default="train")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
+    if args.cmd == "folder2rec":
+        out = write_recordio(args.image_root, args.out_dir, args.prefix, args.image_size, args.quality)
+    elif args.cmd == "rec2folder":
+        out = recordio_to_folder(args.rec_root, args.out_dir, args.prefix)
+    elif args.cmd == "pairs2bin":
+        out = pairs_to_bin(args.pairs_file, args.image_root, args.out_path, args.image_size, args.quality)
+    else:
+        out = {"records": rebuild_index(args.rec_root, args.prefix)}
+    print(" ".join(f"{k}={v}" for k, v in out.items()))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,144 @@
+"""FaceDataModule: one training set of labelled faces, any number of verification pair sets.
+
+Datasets hand out raw uint8 images; the flip and the [-1, 1] scaling run on the device after transfer
+(`on_after_batch_transfer`), so workers only decode and the host-to-device copy is 4x smaller.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import pytorch_lightning as pl
+import torch
+from torch.utils.data import DataLoader, Dataset, Sampler
+
+from elasticface.data.pairs import PairSet
+from elasticface.data.transforms import normalize, random_hflip
+
+log = logging.getLogger(__name__)
+
+
+def collate_faces(samples: Sequence[tuple[torch.Tensor, int] | None]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Stack (image, label) samples, dropping the None a dataset returns for a corrupt record.
+
+    The third element counts the dropped records so the training loop can log them.
+    """
+    kept = [s for s in samples if s is not None]
+    skipped = torch.tensor(len(samples) - len(kept))
+    if not kept:
+        return torch.empty(0, 3, 112, 112, dtype=torch.uint8), torch.empty(0, dtype=torch.long), skipped
+    images = torch.stack([s[0] for s in kept])
+    labels = torch.as_tensor([int(s[1]) for s in kept], dtype=torch.long)
+    return images, labels, skipped
+
+
+class FaceDataModule(pl.LightningDataModule):
+    """Training faces + verification pair sets, built lazily from the factories the config gives.
+
+    `train_dataset` and `val_sets` are zero-argument callables (Hydra `_partial_` nodes) so that building
+    the DataModule is cheap and worker processes never receive half-built state. `root`, `val_root`
+    and `decoder` are read by those factories through config interpolation and accepted here so one
+    config node describes the data completely; `decoder=dali` swaps the training loader for DALI's.
+    """
+
+    def __init__(
+        self,
+        train_dataset: Callable[[], Dataset],
+        val_sets: Callable[[], dict[str, PairSet]] | None = None,
+        batch_size: int = 128,
+        val_batch_size: int = 256,
+        num_workers: int = 4,
+        pin_memory: bool = True,
+        persistent_workers: bool = True,
+        hflip: bool = True,
+        drop_last: bool = True,
+        sampler: Callable[..., Sampler] | None = None,
+        root: str | None = None,
+        val_root: str | None = None,
+        decoder: str | None = None,
+        num_classes: int | None = None,
+    ) -> None:
+        super().__init__()
+        if batch_size < 1:
+            raise ValueError(f"data.batch_size={batch_size}: must be >= 1")
+        if val_batch_size < 1:
+            raise ValueError(f"data.val_batch_size={val_batch_size}: must be >= 1")
+        self.train_factory = train_dataset
+        self.val_factory = val_sets
+        self.batch_size = batch_size
+        self.val_batch_size = val_batch_size
+        self.num_workers = num_workers
+        self.pin_memory = pin_memory and torch.cuda.is_available()
+        self.persistent_workers = persistent_workers and num_workers > 0
+        self.hflip = hflip
+        self.drop_last = drop_last
+        self.sampler_factory = sampler
+        self.expected_num_classes = num_classes
+        self.root = root
+        self.decoder = decoder
+        self.train_set: Dataset | None = None
+        self.val_sets: dict[str, PairSet] = {}
+
+    def setup(self, stage: str | None = None) -> None:
+        if self.train_set is None and stage in (None, "fit"):
+            self.train_set = self.train_factory()
+            self.check_train_set(self.train_set)
+        if not self.val_sets and self.val_factory is not None:
+            self.val_sets = dict(self.val_factory())
+
+    def check_train_set(self, dataset: Dataset) -> None:
+        size = len(dataset)
+        if self.drop_last and self.batch_size > size:
+            raise ValueError(
+                f"data.batch_size={self.batch_size} does not fit the data: the training set has only {size} images "
+                "(lower data.batch_size or set data.drop_last=false)"
+            )
+        found = int(getattr(dataset, "num_classes"))
+        if self.expected_num_classes is not None and self.expected_num_classes != found:
+            raise ValueError(f"data.num_classes={self.expected_num_classes} but the training data has {found} classes")
+
+    @property
+    def num_classes(self) -> int:
+        if self.train_set is None:
+            self.setup("fit")
+        return int(getattr(self.train_set, "num_classes"))
+
+    @property
+    def val_names(self) -> list[str]:
+        return list(self.val_sets)
+
+    def loader_kwargs(self) -> dict[str, Any]:
+        return dict(num_workers=self.num_workers, pin_memory=self.pin_memory, persistent_workers=self.persistent_workers)
+
+    def distributed_rank(self) -> tuple[int, int]:
+        trainer = self.trainer
+        return (trainer.world_size, trainer.global_rank) if trainer is not None else (1, 0)
+
+    def train_dataloader(self) -> DataLoader | Any:
+        assert self.train_set is not None, "call setup('fit') first"
+        world_size, rank = self.distributed_rank()
+        if self.decoder == "dali":
+            from elasticface.data.dali import DaliRecordIOLoader
+
+            return DaliRecordIOLoader(self.root, self.batch_size, shard_id=rank, num_shards=world_size,
+                                      hflip=self.hflip, normalize=True, seed=torch.initial_seed() % 2**31 + rank)
+        if self.sampler_factory is not None:
+            # identity-aware batches: the sampler shards across ranks itself (trainer.use_distributed_sampler=false)
+            sampler = self.sampler_factory(self.train_set, batch_size=self.batch_size, num_replicas=world_size, rank=rank)
+            return DataLoader(self.train_set, batch_sampler=sampler, collate_fn=collate_faces, **self.loader_kwargs())
+        return DataLoader(self.train_set, batch_size=self.batch_size, shuffle=True, drop_last=self.drop_last,
+                          collate_fn=collate_faces, **self.loader_kwargs())
+
+    def val_dataloader(self) -> list[DataLoader]:
+        return [DataLoader(pairs, batch_size=self.val_batch_size, shuffle=False, **self.loader_kwargs())
+                for pairs in self.val_sets.values()]
+
+    def on_after_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
+        images, rest = batch[0], tuple(batch[1:])
+        if images.is_floating_point():  # DALI already flipped and scaled on the GPU
+            return batch
+        if self.trainer is not None and self.trainer.training and self.hflip:
+            images = random_hflip(images)
+        return (normalize(images), *rest)

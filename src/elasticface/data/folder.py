@@ -1,0 +1,113 @@
+"""Faces stored as image files, one sub-folder per identity (`root/<identity>/<image>`).
+
+Sorted sub-folder names give labels 0..C-1, so the same folder always maps to the same classes (and
+`convert.recordio_to_folder` writes zero-padded names that sort back into the original labels).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Sequence
+
+import numpy as np
+import torch
+from torch.utils.data import Dataset
+
+from elasticface.data.decode import CorruptImageError, DecodeStats, decode_image
+from elasticface.data.pairs import PairSet
+
+log = logging.getLogger(__name__)
+
+IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff", ".ppm", ".pgm")
+LAYOUT = "expected {root}/<identity>/<image>{ext}: one sub-folder of images per identity"
+
+
+def scan_image_folder(root: str, extensions: Sequence[str] = IMAGE_EXTENSIONS) -> tuple[list[str], list[str], np.ndarray]:
+    """(class names, image paths, labels) of an identity-per-folder tree; errors name what was expected."""
+    exts = tuple(e.lower() for e in extensions)
+    layout = LAYOUT.format(root=root, ext=f" ({', '.join(exts)})")
+    if not os.path.isdir(root):
+        raise FileNotFoundError(f"image folder {root} not found; {layout}")
+    classes = sorted(e.name for e in os.scandir(root) if e.is_dir() and not e.name.startswith("."))
+    if not classes:
+        raise ValueError(f"image folder {root} has no identity sub-folders; {layout}")
+    paths: list[str] = []
+    labels: list[int] = []
+    empty: list[str] = []
+    for label, name in enumerate(classes):
+        folder = os.path.join(root, name)
+        files = sorted(e.name for e in os.scandir(folder) if e.is_file() and e.name.lower().endswith(exts))
+        if not files:
+            empty.append(name)
+        paths.extend(os.path.join(folder, f) for f in files)
+        labels.extend([label] * len(files))
+    if not paths:
+        raise ValueError(f"image folder {root} has {len(classes)} identity folders but no images; {layout}")
+    if empty:
+        log.warning("%s: %d identity folder(s) hold no images (e.g. %s); their labels stay reserved",
+                    root, len(empty), ", ".join(empty[:5]))
+    return classes, paths, np.asarray(labels, dtype=np.int64)
+
+
+class ImageFolderFaces(Dataset):
+    """Training faces from `root/<identity>/<image>`; item = (uint8 [3, S, S] RGB tensor, label).
+
+    Any format PIL reads; grey becomes RGB; other sizes are resized and counted (`stats.resized`).
+    Unreadable files yield None, are logged and counted; more than `max_corrupt` raises.
+    """
+
+    def __init__(
+        self,
+        root: str,
+        max_corrupt: int = 10,
+        extensions: Sequence[str] = IMAGE_EXTENSIONS,
+        num_classes: int | None = None,
+        decoder: str = "torchvision",
+        image_size: int = 112,
+    ) -> None:
+        self.root = str(root)
+        self.classes, self.paths, self.labels = scan_image_folder(self.root, extensions)
+        self.num_classes = len(self.classes)
+        if num_classes is not None and int(num_classes) != self.num_classes:
+            raise ValueError(f"num_classes={num_classes} was requested but {self.root} has {self.num_classes} identity folders")
+        self.max_corrupt = int(max_corrupt)
+        self.decoder = decoder
+        self.image_size = image_size
+        self.stats = DecodeStats()
+        self.num_corrupt = 0
+        self.corrupt_paths: list[str] = []
+
+    def __len__(self) -> int:
+        return len(self.paths)
+
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, int] | None:
+        path = self.paths[index]
+        try:
+            with open(path, "rb") as f:
+                data = f.read()
+            img = decode_image(data, self.decoder, self.image_size, self.stats)
+        except (OSError, CorruptImageError) as exc:
+            self.num_corrupt += 1
+            self.corrupt_paths.append(path)
+            log.warning("%s: skipping unreadable image %s: %s (%d skipped in this process, limit %d)",
+                        self.root, path, exc, self.num_corrupt, self.max_corrupt)
+            if self.num_corrupt > self.max_corrupt:
+                raise RuntimeError(f"{self.root}: {self.num_corrupt} unreadable images (limit max_corrupt="
+                                   f"{self.max_corrupt}); last was {path}: {exc}") from exc
+            return None
+        return img, int(self.labels[index])
+
+    def __repr__(self) -> str:
+        return f"ImageFolderFaces(root={self.root!r}, images={len(self)}, classes={self.num_classes})"
+
+
+def folder_val_sets(pairs_file: str | None = None, image_root: str | None = None, name: str = "pairs",
+                    image_size: int = 112) -> dict[str, PairSet]:
+    """Validation sets for a folder dataset: {} without a pairs file, else one set from the pair list."""
+    if not pairs_file:
+        return {}
+    from elasticface.data.pairs import pairs_from_list
+
+    root = image_root if image_root else os.path.dirname(os.path.abspath(pairs_file))
+    return {name: pairs_from_list(pairs_file, root, name, image_size=image_size)}

@@ -1,0 +1,1 @@
+"""Evaluation: the verification protocol, IJB-B/C, embedding extraction and export."""

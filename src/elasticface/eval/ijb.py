@@ -1,0 +1,273 @@
+"""IJB-B / IJB-C 1:1 template verification (the protocol of insightface's IJB evaluation).
+
+Expected layout (insightface's release of the IJB sets), with `target` IJBB or IJBC::
+
+    <root>/<target>/meta/<target lower>_face_tid_mid.txt        image_name template_id media_id
+    <root>/<target>/meta/<target lower>_template_pair_label.txt template_id1 template_id2 label
+    <root>/<target>/meta/<target lower>_name_5pts_score.txt     image_name x1 y1 ... x5 y5 detector_score
+    <root>/<target>/loose_crop/<image_name>
+
+(`root` may also point at `<root>/<target>` itself.) Steps: each image is aligned to the ArcFace
+5-point template (similarity transform, least squares by Umeyama's method; the 96x112 template shifted
+by x + 8 for 112x112) and embedded with its horizontal flip (embeddings added); optionally each image
+feature is multiplied by its detector score; features are averaged per media and the media averages
+summed per template, then L2-normalised; a template pair's score is the cosine similarity. TAR at FAR
+1e-6 ... 1e-1 is read from the ROC as in insightface's tables: the TPR of the ROC point whose FPR is
+nearest to the target.
+
+OpenCV is not a dependency: the warp uses PIL's affine transform with the inverse matrix, with the
+pixel-centre convention of `cv2.warpAffine` (integer coordinates at pixel centres).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+import numpy as np
+import torch
+from torch import Tensor
+from torch.utils.data import Dataset
+
+from elasticface.eval.verification import roc_curve, tar_at_far
+
+log = logging.getLogger(__name__)
+
+# ArcFace's 5-point template (left eye, right eye, nose tip, left and right mouth corners) for 96x112.
+ARCFACE_TEMPLATE_96X112 = np.array(
+    [[30.2946, 51.6963], [65.5318, 51.5014], [48.0252, 71.7366], [33.5493, 92.3655], [62.7299, 92.2041]],
+    dtype=np.float64,
+)
+DEFAULT_FARS = (1e-6, 1e-5, 1e-4, 1e-3, 1e-2, 1e-1)
+
+
+def arcface_template(image_size: int = 112) -> np.ndarray:
+    """The 5 target points for a square `image_size` crop: x + 8 for 112, scaled for other sizes."""
+    return (ARCFACE_TEMPLATE_96X112 + np.array([8.0, 0.0])) * (image_size / 112.0)
+
+
+def umeyama(src: np.ndarray, dst: np.ndarray, estimate_scale: bool = True) -> np.ndarray:
+    """Least-squares similarity transform (3x3, homogeneous) mapping points `src` [N, d] onto `dst` [N, d]
+    (Umeyama 1991: rotation from the SVD of the cross-covariance, reflection excluded)."""
+    src = np.asarray(src, dtype=np.float64)
+    dst = np.asarray(dst, dtype=np.float64)
+    if src.shape != dst.shape or src.ndim != 2:
+        raise ValueError(f"umeyama: src {src.shape} and dst {dst.shape} must both be [N, d]")
+    n, d = src.shape
+    mu_src, mu_dst = src.mean(0), dst.mean(0)
+    src_c, dst_c = src - mu_src, dst - mu_dst
+    cov = dst_c.T @ src_c / n
+    u, s, vt = np.linalg.svd(cov)
+    sign = np.ones(d)
+    if np.linalg.det(cov) < 0:
+        sign[-1] = -1.0
+    rank = np.linalg.matrix_rank(cov)
+    if rank == 0:
+        raise ValueError("umeyama: degenerate points (all identical)")
+    if rank == d - 1 and np.linalg.det(u) * np.linalg.det(vt) < 0:
+        # rank-deficient: the sign of the last singular direction is free, choose a proper rotation
+        rot = u @ np.diag(np.r_[np.ones(d - 1), -1.0]) @ vt
+    else:
+        rot = u @ np.diag(sign) @ vt
+    scale = float(s @ sign / src_c.var(0).sum()) if estimate_scale else 1.0
+    out = np.eye(d + 1)
+    out[:d, :d] = scale * rot
+    out[:d, d] = mu_dst - scale * rot @ mu_src
+    return out
+
+
+def warp_affine(image: Any, matrix: np.ndarray, size: int | tuple[int, int] = 112) -> Any:
+    """`cv2.warpAffine(image, matrix, size)` with PIL: `matrix` [2, 3] maps source pixel coordinates to
+    output pixel coordinates (pixel centres at integers); bilinear, zero border. Returns a PIL image."""
+    from PIL import Image
+
+    width, height = (size, size) if isinstance(size, int) else size
+    a = np.asarray(matrix, dtype=np.float64)[:2, :2]
+    t = np.asarray(matrix, dtype=np.float64)[:2, 2]
+    a_inv = np.linalg.inv(a)
+    # PIL evaluates the inverse map at pixel centres (x + 0.5) and its bilinear filter subtracts 0.5 again
+    offset = -a_inv @ (t + 0.5) + 0.5
+    data = (a_inv[0, 0], a_inv[0, 1], offset[0], a_inv[1, 0], a_inv[1, 1], offset[1])
+    return image.transform((width, height), Image.AFFINE, data=data, resample=Image.BILINEAR, fillcolor=0)
+
+
+def align_face(image: Any, landmarks: np.ndarray, image_size: int = 112) -> Any:
+    """Crop of a PIL image aligned so that its 5 landmarks [5, 2] land on the ArcFace template."""
+    matrix = umeyama(np.asarray(landmarks, dtype=np.float64).reshape(5, 2), arcface_template(image_size))
+    return warp_affine(image, matrix[:2], image_size)
+
+
+# -- metadata ---------------------------------------------------------------------------------------------
+
+
+def _read_columns(path: str, columns: int, what: str) -> list[list[str]]:
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"IJB: {path} not found; expected {what}")
+    rows = []
+    with open(path) as f:
+        for lineno, line in enumerate(f, 1):
+            parts = line.split()
+            if not parts:
+                continue
+            if len(parts) != columns:
+                raise ValueError(f"{path}:{lineno}: expected {columns} columns ({what}), got {len(parts)}: {line.strip()[:120]!r}")
+            rows.append(parts)
+    if not rows:
+        raise ValueError(f"{path} is empty; expected {what}")
+    return rows
+
+
+def read_template_media(path: str) -> tuple[list[str], np.ndarray, np.ndarray]:
+    """`<target>_face_tid_mid.txt` -> (image names, template ids, media ids)."""
+    rows = _read_columns(path, 3, "'image_name template_id media_id' lines")
+    return [r[0] for r in rows], np.array([int(r[1]) for r in rows]), np.array([int(r[2]) for r in rows])
+
+
+def read_template_pairs(path: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """`<target>_template_pair_label.txt` -> (template ids 1, template ids 2, labels 0/1)."""
+    arr = np.array(_read_columns(path, 3, "'template_id1 template_id2 label' lines"), dtype=np.int64)
+    return arr[:, 0], arr[:, 1], arr[:, 2]
+
+
+def read_landmarks(path: str) -> tuple[list[str], np.ndarray, np.ndarray]:
+    """`<target>_name_5pts_score.txt` -> (image names, landmarks [N, 5, 2], detector scores [N])."""
+    rows = _read_columns(path, 12, "'image_name x1 y1 ... x5 y5 score' lines")
+    values = np.array([r[1:] for r in rows], dtype=np.float64)
+    return [r[0] for r in rows], values[:, :10].reshape(-1, 5, 2), values[:, 10]
+
+
+@dataclass
+class IJBMeta:
+    target: str
+    image_dir: str
+    names: list[str]
+    landmarks: np.ndarray
+    scores: np.ndarray
+    templates: np.ndarray
+    medias: np.ndarray
+    pair_t1: np.ndarray
+    pair_t2: np.ndarray
+    pair_labels: np.ndarray
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def load_ijb_meta(root: str, target: str = "IJBC") -> IJBMeta:
+    """Read the three metadata files; image rows follow the landmark file, joined to templates by name."""
+    target = target.upper()
+    if target not in ("IJBB", "IJBC"):
+        raise ValueError(f"IJB target must be IJBB or IJBC, got {target!r}")
+    base = root if os.path.isdir(os.path.join(root, "meta")) else os.path.join(root, target)
+    meta = os.path.join(base, "meta")
+    if not os.path.isdir(meta):
+        raise FileNotFoundError(f"IJB: no meta/ folder in {root} or {os.path.join(root, target)}; expected the insightface layout "
+                                f"<root>/{target}/meta/{target.lower()}_face_tid_mid.txt")
+    t = target.lower()
+    names, landmarks, scores = read_landmarks(os.path.join(meta, f"{t}_name_5pts_score.txt"))
+    tm_names, templates, medias = read_template_media(os.path.join(meta, f"{t}_face_tid_mid.txt"))
+    if tm_names != names:
+        position = {n: i for i, n in enumerate(tm_names)}
+        missing = [n for n in names if n not in position]
+        if missing or len(tm_names) != len(names):
+            raise ValueError(f"IJB: {t}_face_tid_mid.txt and {t}_name_5pts_score.txt list different images "
+                             f"({len(tm_names)} vs {len(names)}; e.g. {missing[:3]})")
+        order = np.array([position[n] for n in names])
+        templates, medias = templates[order], medias[order]
+    p1, p2, labels = read_template_pairs(os.path.join(meta, f"{t}_template_pair_label.txt"))
+    image_dir = os.path.join(base, "loose_crop")
+    if not os.path.isdir(image_dir):
+        raise FileNotFoundError(f"IJB: image folder {image_dir} not found")
+    return IJBMeta(target, image_dir, names, landmarks, scores, templates, medias, p1, p2, labels)
+
+
+class IJBImages(Dataset):
+    """Item i: (uint8 [3, S, S] RGB face i aligned with its landmarks, i)."""
+
+    def __init__(self, image_dir: str, names: Sequence[str], landmarks: np.ndarray, image_size: int = 112) -> None:
+        self.image_dir, self.names, self.landmarks, self.image_size = image_dir, list(names), landmarks, image_size
+
+    def __len__(self) -> int:
+        return len(self.names)
+
+    def __getitem__(self, index: int) -> tuple[Tensor, int]:
+        from PIL import Image
+
+        path = os.path.join(self.image_dir, self.names[index])
+        with Image.open(path) as im:
+            face = align_face(im.convert("RGB"), self.landmarks[index], self.image_size)
+        return torch.from_numpy(np.asarray(face, dtype=np.uint8).copy()).permute(2, 0, 1), index
+
+
+# -- templates and scores -----------------------------------------------------------------------------
+
+
+def template_features(features: Any, templates: np.ndarray, medias: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(sorted unique template ids, L2-normalised template features): mean per (template, media), summed."""
+    feats = torch.as_tensor(np.asarray(features), dtype=torch.float64)
+    keys = np.stack([np.asarray(templates), np.asarray(medias)], 1)
+    pairs, inverse = np.unique(keys, axis=0, return_inverse=True)
+    inverse = torch.from_numpy(inverse.reshape(-1))
+    media_sum = torch.zeros(pairs.shape[0], feats.shape[1], dtype=torch.float64).index_add_(0, inverse, feats)
+    counts = torch.bincount(inverse, minlength=pairs.shape[0]).to(torch.float64)
+    media_mean = media_sum / counts[:, None]
+    template_ids, t_inverse = np.unique(pairs[:, 0], return_inverse=True)
+    tfeat = torch.zeros(template_ids.shape[0], feats.shape[1], dtype=torch.float64)
+    tfeat.index_add_(0, torch.from_numpy(t_inverse.reshape(-1)), media_mean)
+    tfeat = torch.nn.functional.normalize(tfeat, dim=1)
+    return template_ids, tfeat.numpy()
+
+
+def template_pair_scores(template_ids: np.ndarray, template_feats: np.ndarray, t1: np.ndarray, t2: np.ndarray,
+                         batch: int = 100_000) -> np.ndarray:
+    """Cosine similarity of every template pair (features already unit length), in batches."""
+    i1, i2 = np.searchsorted(template_ids, t1), np.searchsorted(template_ids, t2)
+    for ids, idx in ((t1, i1), (t2, i2)):
+        bad = (idx >= template_ids.shape[0]) | (template_ids[np.minimum(idx, template_ids.shape[0] - 1)] != ids)
+        if bad.any():
+            raise ValueError(f"IJB: {int(bad.sum())} pair template ids have no images (e.g. {ids[bad][:3].tolist()})")
+    scores = np.empty(t1.shape[0], dtype=np.float64)
+    for s in range(0, t1.shape[0], batch):
+        a, b = template_feats[i1[s:s + batch]], template_feats[i2[s:s + batch]]
+        scores[s:s + batch] = np.einsum("ij,ij->i", a, b)
+    return scores
+
+
+def tar_at_fars(scores: np.ndarray, labels: np.ndarray, fars: Sequence[float] = DEFAULT_FARS) -> dict[str, float]:
+    """{'tar_at_far_1e-4': ...} from the ROC of similarity scores (nearest ROC point, as insightface)."""
+    from elasticface.eval.verification import far_key
+
+    fpr, tpr, _ = roc_curve(scores, labels)
+    return {far_key(f): tar_at_far(fpr, tpr, f) for f in fars}
+
+
+def evaluate_ijb(
+    model: Any,
+    root: str,
+    target: str = "IJBC",
+    batch_size: int = 128,
+    flip: bool = True,
+    device: str | torch.device = "auto",
+    num_workers: int = 0,
+    use_detector_score: bool = True,
+    normalize_images: bool = False,
+    fars: Sequence[float] = DEFAULT_FARS,
+    image_size: int = 112,
+) -> dict[str, Any]:
+    """Embed, aggregate and score an IJB set. Returns `tar` ({key: TAR}), `scores`, `labels`, `roc`."""
+    from elasticface.eval.embed import embed_dataset
+
+    meta = load_ijb_meta(root, target)
+    dataset = IJBImages(meta.image_dir, meta.names, meta.landmarks, image_size)
+    log.info("IJB %s: embedding %d images of %d templates", meta.target, len(dataset), np.unique(meta.templates).shape[0])
+    emb, idx = embed_dataset(model, dataset, batch_size, flip, device, num_workers)
+    feats = emb[torch.argsort(idx)].double()
+    if normalize_images:
+        feats = torch.nn.functional.normalize(feats, dim=1)
+    if use_detector_score:
+        feats = feats * torch.from_numpy(meta.scores)[:, None]
+    template_ids, tfeats = template_features(feats.numpy(), meta.templates, meta.medias)
+    scores = template_pair_scores(template_ids, tfeats, meta.pair_t1, meta.pair_t2)
+    labels = meta.pair_labels.astype(bool)
+    return {"tar": tar_at_fars(scores, labels, fars), "scores": scores, "labels": labels, "roc": roc_curve(scores, labels),
+            "num_images": len(dataset), "num_templates": int(template_ids.shape[0]), "num_pairs": int(labels.shape[0])}

@@ -1,0 +1,63 @@
+"""Matplotlib figures for verification results (Agg backend: no display needed, safe in DDP workers)."""
+
+from __future__ import annotations
+
+from typing import Mapping
+
+import matplotlib
+
+matplotlib.use("Agg", force=False)
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+from matplotlib.figure import Figure  # noqa: E402
+
+
+def roc_figure(curves: Mapping[str, tuple[np.ndarray, np.ndarray]], title: str = "ROC", log_far: bool = True) -> Figure:
+    """ROC curves, one per benchmark: `{name: (fpr, tpr)}`; FAR on a log axis by default."""
+    fig, ax = plt.subplots(figsize=(5, 4), dpi=100)
+    for name, (fpr, tpr) in curves.items():
+        fpr, tpr = np.asarray(fpr), np.asarray(tpr)
+        if log_far:
+            keep = fpr > 0
+            fpr, tpr = fpr[keep], tpr[keep]
+        ax.plot(fpr, tpr, label=name, linewidth=1.5)
+    if log_far:
+        ax.set_xscale("log")
+    ax.set_xlabel("false accept rate")
+    ax.set_ylabel("true accept rate")
+    ax.set_ylim(0.0, 1.01)
+    ax.grid(True, which="both", alpha=0.3)
+    ax.set_title(title)
+    if curves:
+        ax.legend(loc="lower right")
+    fig.tight_layout()
+    return fig
+
+
+def score_histogram(genuine: np.ndarray, impostor: np.ndarray, title: str = "scores", bins: int = 60,
+                    threshold: float | None = None, xlabel: str = "cosine similarity") -> Figure:
+    """Overlaid, density-normalised histograms of genuine and impostor pair scores."""
+    fig, ax = plt.subplots(figsize=(5, 4), dpi=100)
+    genuine, impostor = np.asarray(genuine, dtype=float), np.asarray(impostor, dtype=float)
+    both = np.concatenate([genuine, impostor])
+    edges = np.linspace(both.min(), both.max(), bins + 1) if both.size and both.min() < both.max() else bins
+    ax.hist(impostor, bins=edges, density=True, alpha=0.55, label=f"impostor ({impostor.size})", color="tab:red")
+    ax.hist(genuine, bins=edges, density=True, alpha=0.55, label=f"genuine ({genuine.size})", color="tab:green")
+    if threshold is not None:
+        ax.axvline(threshold, color="k", linestyle="--", linewidth=1, label=f"threshold {threshold:.3f}")
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel("density")
+    ax.set_title(title)
+    ax.legend(loc="upper left")
+    fig.tight_layout()
+    return fig
+
+
+def value_histogram(values: np.ndarray, title: str, xlabel: str, bins: int = 50) -> Figure:
+    """A single histogram (margins, angles) for loggers without native histogram support."""
+    fig, ax = plt.subplots(figsize=(5, 3.5), dpi=100)
+    ax.hist(np.asarray(values, dtype=float).ravel(), bins=bins, color="tab:blue", alpha=0.8)
+    ax.set_xlabel(xlabel)
+    ax.set_title(title)
+    fig.tight_layout()
+    return fig

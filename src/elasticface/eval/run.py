@@ -1,0 +1,157 @@
+"""What `python eval.py` does: load a model, evaluate every requested benchmark, print and save a table."""
+
+from __future__ import annotations
+
+import csv
+import json
+import logging
+import os
+import time
+from typing import Any
+
+import numpy as np
+from omegaconf import DictConfig, OmegaConf
+
+log = logging.getLogger(__name__)
+
+
+def _output_dir(cfg: DictConfig, output_dir: str | None) -> str:
+    if output_dir is None:
+        try:
+            from hydra.core.hydra_config import HydraConfig
+
+            output_dir = HydraConfig.get().runtime.output_dir
+        except ValueError:  # not under Hydra
+            output_dir = os.getcwd()
+    os.makedirs(output_dir, exist_ok=True)
+    return output_dir
+
+
+def verification_sets(cfg: DictConfig) -> dict[str, Any]:
+    """The pair sets named by the config: `.bin` files under data.val_root and/or a pairs file."""
+    from elasticface.data.pairs import find_bin_sets, pairs_from_list
+
+    sets: dict[str, Any] = {}
+    data = cfg.get("data") or {}
+    image_size = data.get("image_size", 112)
+    if data.get("val_root"):
+        root = str(data.val_root)
+        names = data.get("val_sets")
+        if names is not None:
+            names = [str(n) for n in names]
+            present = [n for n in names if os.path.isfile(os.path.join(root, f"{n}.bin"))]
+            missing = sorted(set(names) - set(present))
+            if missing:
+                log.warning("skipping verification sets not found in %s: %s", root, ", ".join(missing))
+            if not present:
+                raise FileNotFoundError(f"none of data.val_sets={names} exists as {root}/<name>.bin")
+            names = present
+        sets.update(find_bin_sets(root, names, image_size=image_size))
+    if cfg.get("pairs_file"):
+        if not cfg.get("image_root"):
+            raise ValueError("pairs_file= needs image_root= (the folder its paths are relative to)")
+        pairs = pairs_from_list(str(cfg.pairs_file), str(cfg.image_root), cfg.get("pairs_name"), image_size=image_size)
+        sets[pairs.name] = pairs
+    return sets
+
+
+def format_table(rows: list[dict[str, Any]]) -> str:
+    """A plain-text table; accuracies and TARs in percent."""
+    columns = [c for c in _columns(rows) if c != "benchmark"]
+    header = ["benchmark"] + columns
+    lines = []
+    for row in rows:
+        cells = [str(row["benchmark"])]
+        for c in columns:
+            v = row.get(c)
+            if v is None:
+                cells.append("")
+            elif c in ("acc", "acc_std") or c.startswith("tar_at_far"):
+                cells.append(f"{100 * v:.2f}")
+            elif isinstance(v, float):
+                cells.append(f"{v:.4f}")
+            else:
+                cells.append(str(v))
+        lines.append(cells)
+    widths = [max(len(h), *(len(line[i]) for line in lines)) for i, h in enumerate(header)]
+    fmt = lambda cells: "  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(cells, widths)))  # noqa: E731
+    return "\n".join([fmt(header), fmt(["-" * w for w in widths])] + [fmt(line) for line in lines])
+
+
+def _columns(rows: list[dict[str, Any]]) -> list[str]:
+    columns: list[str] = []
+    for row in rows:
+        columns += [k for k in row if k not in columns]
+    return columns
+
+
+def write_results(rows: list[dict[str, Any]], output_dir: str, meta: dict[str, Any]) -> tuple[str, str]:
+    json_path = os.path.join(output_dir, "results.json")
+    with open(json_path, "w") as f:
+        json.dump({"meta": meta, "results": rows}, f, indent=2)
+    csv_path = os.path.join(output_dir, "results.csv")
+    with open(csv_path, "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=_columns(rows))
+        writer.writeheader()
+        writer.writerows(rows)
+    return json_path, csv_path
+
+
+def run(cfg: DictConfig, output_dir: str | None = None) -> list[dict[str, Any]]:
+    """Evaluate and save; returns the table rows (one dict per benchmark)."""
+    from elasticface.eval.embed import evaluate_pair_set, load_embedder, resolve_device
+
+    output_dir = _output_dir(cfg, output_dir)
+    sets = verification_sets(cfg)
+    ijb_cfg = cfg.get("ijb") or {}
+    if not sets and not ijb_cfg.get("root"):
+        raise ValueError("nothing to evaluate: set data.val_root=<folder with .bin sets>, "
+                         "pairs_file=... image_root=..., and/or ijb.root=...")
+    device = resolve_device(cfg.get("device", "auto"))
+    model = load_embedder(cfg.get("ckpt_path"), cfg.get("model_path"), device)
+    kw = dict(batch_size=int(cfg.batch_size), flip=bool(cfg.flip), device=device, num_workers=int(cfg.num_workers))
+    rows: list[dict[str, Any]] = []
+    curves: dict[str, dict[str, np.ndarray]] = {}
+    for name, pairs in sets.items():
+        start = time.perf_counter()
+        result, roc = evaluate_pair_set(model, pairs, num_folds=int(cfg.num_folds), far_target=float(cfg.far_target), **kw)
+        rows.append({"benchmark": name, "pairs": int(pairs.num_pairs), **result, "seconds": round(time.perf_counter() - start, 2)})
+        curves[name] = roc
+        log.info("%s: acc %.4f +- %.4f", name, result["acc"], result["acc_std"])
+    if ijb_cfg.get("root"):
+        from elasticface.eval.ijb import evaluate_ijb
+
+        start = time.perf_counter()
+        res = evaluate_ijb(model, str(ijb_cfg.root), str(ijb_cfg.target), use_detector_score=bool(ijb_cfg.use_detector_score),
+                           normalize_images=bool(ijb_cfg.normalize_images), fars=[float(f) for f in ijb_cfg.fars], **kw)
+        rows.append({"benchmark": str(ijb_cfg.target).upper(), "pairs": res["num_pairs"], **res["tar"],
+                     "seconds": round(time.perf_counter() - start, 2)})
+        fpr, tpr, _ = res["roc"]
+        curves[str(ijb_cfg.target).upper()] = {"fpr": fpr, "tpr": tpr}
+        if ijb_cfg.get("save_scores"):
+            np.save(os.path.join(output_dir, f"{ijb_cfg.target}_scores.npy"), res["scores"])
+            np.save(os.path.join(output_dir, f"{ijb_cfg.target}_labels.npy"), res["labels"])
+
+    meta = {"ckpt_path": cfg.get("ckpt_path"), "model_path": cfg.get("model_path"), "flip": bool(cfg.flip),
+            "config": OmegaConf.to_container(cfg, resolve=False)}
+    json_path, csv_path = write_results(rows, output_dir, meta)
+    print(format_table(rows))
+    print(f"results: {json_path} {csv_path}")
+    if cfg.get("plots", True):
+        _save_plots(curves, output_dir)
+    return rows
+
+
+def _save_plots(curves: dict[str, dict[str, np.ndarray]], output_dir: str) -> None:
+    import matplotlib.pyplot as plt
+
+    from elasticface.eval.plots import roc_figure, score_histogram
+
+    fig = roc_figure({n: (c["fpr"], c["tpr"]) for n, c in curves.items()}, title="ROC")
+    fig.savefig(os.path.join(output_dir, "roc.png"))
+    plt.close(fig)
+    for name, c in curves.items():
+        if "genuine" in c:
+            fig = score_histogram(c["genuine"], c["impostor"], title=f"{name} pair scores")
+            fig.savefig(os.path.join(output_dir, f"scores_{name}.png"))
+            plt.close(fig)

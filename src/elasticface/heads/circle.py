@@ -1,0 +1,33 @@
+"""Circle loss, classification form (Sun et al. 2020): self-paced weights on every similarity.
+
+With class-level labels: target ``s·α_p·(cos θ_y - (1 - m))`` with ``α_p = [1 + m - cos θ_y]_+``,
+non-targets ``s·α_n·(cos θ_j - m)`` with ``α_n = [cos θ_j + m]_+``; the α are detached, as in the
+paper. Followed by the usual cross-entropy this is the paper's loss with γ = s. Face defaults:
+s = γ = 256, m = 0.25. Eval logits are ``s·cos``.
+"""
+
+from __future__ import annotations
+
+from torch import Tensor
+
+from .base import MarginHead, check_range
+from .functional import gather_target, put_target
+
+
+class Circle(MarginHead):
+    """Circle loss logits with relaxation margin ``m`` and scale ``s`` (= γ)."""
+
+    def __init__(self, s: float = 256.0, m: float = 0.25) -> None:
+        super().__init__(s)
+        self.m = check_range("m", m, 0.0, 1.0)
+
+    def train_logits(self, cos: Tensor, labels: Tensor, norms: Tensor | None) -> Tensor:
+        cos_y, valid, cols = gather_target(cos, labels)
+        alpha_n = (cos.detach() + self.m).clamp_min_(0.0)
+        logits = alpha_n * (cos - self.m) * self.s
+        alpha_p = (1.0 + self.m - cos_y.detach()).clamp_min(0.0)
+        target = alpha_p * (cos_y - (1.0 - self.m)) * self.s
+        return put_target(logits, cols, valid, target)
+
+    def extra_repr(self) -> str:
+        return f"s={self.s}, m={self.m}"

@@ -1,0 +1,50 @@
+"""CurricularFace (Huang et al. 2020): ArcFace target plus a curriculum on hard negatives.
+
+A negative with ``cos θ_j > cos(θ_y + m)`` becomes ``cos θ_j · (t + cos θ_j)``, where ``t`` is an EMA
+(momentum 0.01) of the batch's mean ``cos θ_y``: easy samples dominate early (t ≈ 0), hard ones
+later. ``t`` is a buffer. Default guard ``thmm`` and exact gradient, as in the paper's code.
+Rows with label -1 get neither the margin nor the curriculum.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor
+
+from .base import GuardedHead, check_range
+from .functional import gather_target, margin_target, put_target
+
+
+class CurricularFace(GuardedHead):
+    """CurricularFace with margin ``m`` and EMA ``momentum`` for the curriculum parameter ``t``."""
+
+    t: Tensor
+
+    def __init__(
+        self, s: float = 64.0, m: float = 0.5, momentum: float = 0.01, guard: str = "thmm", gradient: str = "exact"
+    ) -> None:
+        super().__init__(s, guard, gradient)
+        self.m = check_range("m", m, 0.0, math.pi / 2, hint=" (radians)")
+        self.momentum = check_range("momentum", momentum, 0.0, 1.0, hi_open=False)
+        self.register_buffer("t", torch.zeros(()))
+
+    def train_logits(self, cos: Tensor, labels: Tensor, norms: Tensor | None) -> Tensor:
+        cos_y, valid, cols = gather_target(cos, labels)
+        target = margin_target(cos_y, m2=self.m, guard=self.guard, gradient=self.gradient)
+        with torch.no_grad():
+            threshold = margin_target(cos_y, m2=self.m, guard="none")
+            threshold = torch.where(valid, threshold, torch.full_like(threshold, float("inf")))
+            if self.training:
+                n = valid.sum()
+                mean = torch.where(valid, cos_y, torch.zeros_like(cos_y)).sum() / n.clamp_min(1)
+                new_t = self.momentum * mean + (1.0 - self.momentum) * self.t.to(cos.dtype)
+                self.t.copy_(torch.where(n > 0, new_t, self.t.to(cos.dtype)).to(self.t.dtype))
+        t = self.t.to(cos.dtype)
+        hard = cos > threshold.unsqueeze(1)
+        logits = torch.where(hard, cos * (t + cos), cos) * self.s
+        return put_target(logits, cols, valid, target * self.s)
+
+    def extra_repr(self) -> str:
+        return f"s={self.s}, m={self.m}, momentum={self.momentum}, guard={self.guard}, gradient={self.gradient}"

@@ -1,0 +1,230 @@
+"""ElasticFace (Boutros et al., arXiv 2109.09416): a fresh margin ``m_i ~ N(m, σ)`` per sample per step.
+
+ElasticArcFace: target ``s * cos(θ_y + m_i)``; ElasticCosFace: target ``s * (cos θ_y - m_i)``.
+σ = 0 gives exactly ArcFace / CosFace with the same ``m``, guard and gradient.
+
+"+" (``plus=True``) ranks the draws against ``cos θ_y``:
+
+- ``plus_assignment="paper"`` (default): the sample with the smallest ``cos θ_y`` gets the largest
+  margin (draws sorted descending, scattered to the rows in ascending ``cos θ_y`` order).
+- ``plus_assignment="official"``: the released code's ``margins_sorted_ascending[argsort_desc(cos)]``,
+  a gather with the sort permutation instead of its inverse, which leaves the assignment
+  uncorrelated with ``cos θ_y``. Use it only to reproduce the released models.
+- ``rank_scope="global"`` ranks over the whole DDP batch (all ranks' ``cos θ_y`` and draws are
+  gathered; every rank must have the same batch size) and keeps this rank's slice; without an
+  initialised process group it is the same as ``"local"``.
+
+Only rows with ``labels >= 0`` take part; everything is O(B) and free of host syncs.
+
+Randomness: the margin stream is a pure function of ``(seed, DDP rank, draw counter)``: each draw
+seeds a CPU ``torch.Generator`` from a hash of the three. So ranks draw different margins, and the
+``{seed, step}`` pair in :meth:`get_extra_state` makes a checkpoint resume continue the same stream
+on every rank (also with a different number of ranks), with no per-rank state to gather.
+
+Defaults: guard ``thmm`` and ``exact`` gradient, the same as :class:`ArcFace`, so that σ = 0
+reduces to it exactly. The released code used no guard (``guard="none"``); the two differ only for
+θ_y > π - m_i, a regime training never visits at m = 0.5.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch import Tensor
+
+from .base import GuardedHead, check_choice, check_range
+from .functional import gather_target, margin_logits
+
+_MASK64 = (1 << 64) - 1
+
+
+def _splitmix64(x: int) -> int:
+    x = (x + 0x9E3779B97F4A7C15) & _MASK64
+    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
+    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & _MASK64
+    return x ^ (x >> 31)
+
+
+def stream_seed(seed: int, rank: int, step: int) -> int:
+    """A well-mixed 63-bit seed for draw ``step`` of ``rank`` in the stream ``seed``."""
+    return _splitmix64(_splitmix64(_splitmix64(seed & _MASK64) ^ rank) ^ step) & ((1 << 63) - 1)
+
+
+def _dist_rank_world() -> tuple[int, int]:
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    return 0, 1
+
+
+def rank_assign(draws: Tensor, cos_y: Tensor, valid: Tensor, mode: str = "paper") -> Tensor:
+    """Assign ``draws`` to rows by the rank of ``cos_y`` among valid rows (invalid rows keep theirs).
+
+    ``paper``: descending draws to ascending ``cos_y`` (scatter with the sort permutation).
+    ``official``: ascending draws gathered with ``argsort(cos_y, descending)``, as released.
+    """
+    inf = float("inf")
+    draws = draws.to(cos_y.dtype)
+    if mode == "paper":
+        order = torch.argsort(torch.where(valid, cos_y, inf), stable=True)
+        m_desc = torch.sort(torch.where(valid, draws, -inf), descending=True, stable=True).values
+        out = torch.empty_like(draws).scatter_(0, order, m_desc)
+    elif mode == "official":
+        # The released code works on the compacted valid rows: row j gets m_asc[perm[j]] with
+        # perm = argsort(cos_y, descending). Reproduce it without compacting (no host sync).
+        perm_full = torch.argsort(torch.where(valid, cos_y, -inf), descending=True, stable=True)
+        m_asc = torch.sort(torch.where(valid, draws, inf), stable=True).values
+        cpos = (torch.cumsum(valid.long(), 0) - 1).clamp(min=0)  # compacted position of each row
+        out = m_asc[cpos[perm_full[cpos]]]
+    else:
+        raise ValueError(f"plus_assignment={mode!r}: must be one of ['paper', 'official']")
+    return torch.where(valid, out, draws)
+
+
+class _ElasticBase(GuardedHead):
+    """Shared sampling and '+' assignment; subclasses say where the margin goes (m2 or m3)."""
+
+    _m_hi: float = math.pi / 2
+
+    def __init__(
+        self,
+        s: float,
+        m: float,
+        sigma: float,
+        plus: bool,
+        plus_assignment: str,
+        rank_scope: str,
+        truncate: float | str | None,
+        seed: int | None,
+        guard: str,
+        gradient: str,
+    ) -> None:
+        super().__init__(s, guard, gradient)
+        self.m = check_range("m", m, 0.0, self._m_hi)
+        self.sigma = check_range("sigma", sigma, 0.0)
+        self.plus = bool(plus)
+        self.plus_assignment = check_choice("plus_assignment", plus_assignment, ("paper", "official"))
+        self.rank_scope = check_choice("rank_scope", rank_scope, ("local", "global"))
+        if truncate is not None and truncate != "nonneg":
+            check_range("truncate", truncate, 0.0, None, lo_open=True, hint=" (in units of sigma), 'nonneg' or null")
+        self.truncate = truncate
+        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
+            raise ValueError(f"seed={seed!r}: must be an integer or null")
+        self.seed = seed
+        self.step = 0
+
+    # ---- randomness -----------------------------------------------------------------------------
+    def get_extra_state(self) -> dict[str, Any]:
+        return {"seed": self.seed, "step": self.step}
+
+    def set_extra_state(self, state: dict[str, Any]) -> None:
+        self.seed = state.get("seed", self.seed)
+        self.step = int(state.get("step", 0))
+
+    def sample_margins(self, n: int, device: torch.device | str | None = None) -> Tensor:
+        """Draw ``n`` margins from N(m, σ) (truncated if asked) for this rank's next step."""
+        if self.seed is None:
+            self.seed = torch.initial_seed()
+        rank, _ = _dist_rank_world()
+        gen = torch.Generator().manual_seed(stream_seed(self.seed, rank, self.step))
+        self.step += 1
+        if self.sigma == 0.0:
+            draws = torch.full((n,), self.m)
+        elif self.truncate is None:
+            draws = torch.normal(self.m, self.sigma, (n,), generator=gen)
+        elif self.truncate == "nonneg":
+            draws = torch.normal(self.m, self.sigma, (n,), generator=gen).clamp_min(0.0)
+        else:
+            # inverse-CDF sampling of N(m, σ) truncated to m ± t·σ: exact, one uniform per draw
+            t = float(self.truncate)
+            lo, hi = 0.5 * (1 + math.erf(-t / math.sqrt(2))), 0.5 * (1 + math.erf(t / math.sqrt(2)))
+            u = lo + (hi - lo) * torch.rand(n, generator=gen, dtype=torch.float64)
+            z = math.sqrt(2.0) * torch.erfinv(2.0 * u - 1.0)
+            draws = (self.m + self.sigma * z).clamp(self.m - t * self.sigma, self.m + t * self.sigma).float()
+        return draws.to(device) if device is not None else draws
+
+    def assign(self, draws: Tensor, cos_y: Tensor, valid: Tensor) -> Tensor:
+        """Apply the '+' rule (if enabled) locally or over the global DDP batch."""
+        if not self.plus:
+            return draws
+        key = cos_y.detach()
+        rank, world = _dist_rank_world()
+        if self.rank_scope == "global" and world > 1:
+            b = key.numel()
+            packed = torch.stack([key, draws.to(key.dtype), valid.to(key.dtype)])
+            parts = [torch.empty_like(packed) for _ in range(world)]
+            dist.all_gather(parts, packed.contiguous())
+            allp = torch.cat(parts, dim=1)
+            out = rank_assign(allp[1], allp[0], allp[2] > 0.5, self.plus_assignment)
+            return out[rank * b : (rank + 1) * b]
+        return rank_assign(draws, key, valid, self.plus_assignment)
+
+    # ---- forward --------------------------------------------------------------------------------
+    def _with_margins(self, cos: Tensor, labels: Tensor, margins: float | Tensor) -> Tensor:
+        raise NotImplementedError
+
+    def train_logits(self, cos: Tensor, labels: Tensor, norms: Tensor | None) -> Tensor:
+        cos_y, valid, _ = gather_target(cos, labels)
+        draws = self.sample_margins(labels.numel(), cos.device)
+        if self.sigma == 0.0:
+            # exactly the fixed-margin head: the same float arithmetic as ArcFace / CosFace
+            self._record_margins(draws, valid)
+            return self._with_margins(cos, labels, self.m)
+        margins = self.assign(draws, cos_y, valid).to(cos.dtype)
+        self._record_margins(margins, valid)
+        return self._with_margins(cos, labels, margins)
+
+    def extra_repr(self) -> str:
+        return (
+            f"s={self.s}, m={self.m}, sigma={self.sigma}, plus={self.plus}, "
+            f"plus_assignment={self.plus_assignment}, rank_scope={self.rank_scope}, "
+            f"truncate={self.truncate}, guard={self.guard}, gradient={self.gradient}"
+        )
+
+
+class ElasticArcFace(_ElasticBase):
+    """ElasticFace-Arc(+): ``s * cos(θ_y + m_i)``, m_i ~ N(m, σ). Paper: m = 0.5, σ = 0.05 (+: 0.0175)."""
+
+    def __init__(
+        self,
+        s: float = 64.0,
+        m: float = 0.5,
+        sigma: float = 0.05,
+        plus: bool = False,
+        plus_assignment: str = "paper",
+        rank_scope: str = "local",
+        truncate: float | str | None = None,
+        seed: int | None = None,
+        guard: str = "thmm",
+        gradient: str = "exact",
+    ) -> None:
+        super().__init__(s, m, sigma, plus, plus_assignment, rank_scope, truncate, seed, guard, gradient)
+
+    def _with_margins(self, cos: Tensor, labels: Tensor, margins: float | Tensor) -> Tensor:
+        return margin_logits(cos, labels, self.s, m2=margins, guard=self.guard, gradient=self.gradient)
+
+
+class ElasticCosFace(_ElasticBase):
+    """ElasticFace-Cos(+): ``s * (cos θ_y - m_i)``, m_i ~ N(m, σ). Paper: m = 0.35, σ = 0.05 (+: 0.025)."""
+
+    _m_hi = 2.0
+
+    def __init__(
+        self,
+        s: float = 64.0,
+        m: float = 0.35,
+        sigma: float = 0.05,
+        plus: bool = False,
+        plus_assignment: str = "paper",
+        rank_scope: str = "local",
+        truncate: float | str | None = None,
+        seed: int | None = None,
+        guard: str = "none",
+        gradient: str = "exact",
+    ) -> None:
+        super().__init__(s, m, sigma, plus, plus_assignment, rank_scope, truncate, seed, guard, gradient)
+
+    def _with_margins(self, cos: Tensor, labels: Tensor, margins: float | Tensor) -> Tensor:
+        return margin_logits(cos, labels, self.s, m3=margins, guard=self.guard, gradient=self.gradient)

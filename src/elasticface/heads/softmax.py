@@ -1,0 +1,38 @@
+"""Heads without a margin: plain softmax over raw inner products, and NormFace's scaled cosine."""
+
+from __future__ import annotations
+
+from torch import Tensor
+
+from .base import MarginHead
+
+
+class Softmax(MarginHead):
+    """Plain linear classifier: the centres layer gives raw ``W·x`` (``normalized = False``).
+
+    The baseline every margin paper compares against; logits pass through unchanged.
+    """
+
+    normalized = False
+
+    def __init__(self) -> None:
+        super().__init__(None)
+
+    def eval_logits(self, cos: Tensor) -> Tensor:
+        return cos
+
+    def train_logits(self, cos: Tensor, labels: Tensor, norms: Tensor | None) -> Tensor:
+        return cos
+
+
+class NormFace(MarginHead):
+    """NormFace (Wang et al. 2017): ``s * cos θ`` for every class, no margin.
+
+    Isolates what normalisation alone buys, before any margin is added.
+    """
+
+    def __init__(self, s: float = 64.0) -> None:
+        super().__init__(s)
+
+    def train_logits(self, cos: Tensor, labels: Tensor, norms: Tensor | None) -> Tensor:
+        return cos * self.s

@@ -1,0 +1,57 @@
+"""Sub-center wrapper (Deng et al. 2020): K centres per class, the closest one speaks for the class.
+
+The centres layer sees ``centers_per_class = K`` and returns ``[B, C*K]`` cosines laid out as
+``[C, K]`` (column ``c*K + k``); the wrapper max-pools over K and hands ``[B, C]`` to any base head,
+so noisy samples can settle on a non-dominant sub-centre without pulling the main one.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+from .base import MarginHead
+
+
+class SubCenter(MarginHead):
+    """Wrap ``base`` with ``k`` sub-centres per class; K = 1 is exactly ``base``."""
+
+    def __init__(self, base: MarginHead, k: int = 3) -> None:
+        nn.Module.__init__(self)
+        if not isinstance(base, MarginHead):
+            raise ValueError(f"base={type(base).__name__}: must be a MarginHead")
+        if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+            raise ValueError(f"k={k!r}: must be an integer >= 1")
+        if isinstance(base, SubCenter):
+            raise ValueError("base: a SubCenter cannot wrap another SubCenter")
+        self.base = base
+        self.k = k
+        self.s = base.s
+        self.centers_per_class = k
+        self.needs_norms = base.needs_norms
+        self.normalized = base.normalized
+
+    @property
+    def last_margins(self) -> Tensor | None:  # type: ignore[override]
+        return self.base.last_margins
+
+    @property
+    def aux_loss(self) -> Tensor | None:  # type: ignore[override]
+        return self.base.aux_loss
+
+    def pool(self, cos: Tensor) -> Tensor:
+        """``[B, C*K] -> [B, C]`` by the max over each class's K sub-centres."""
+        if cos.shape[-1] % self.k:
+            raise ValueError(f"SubCenter(k={self.k}): got {cos.shape[-1]} columns, not a multiple of k")
+        if self.k == 1:
+            return cos
+        return cos.unflatten(-1, (cos.shape[-1] // self.k, self.k)).amax(dim=-1)
+
+    def forward(self, cos: Tensor, labels: Tensor | None = None, norms: Tensor | None = None) -> Tensor:
+        with torch.autocast(device_type=cos.device.type, enabled=False):
+            if cos.dtype != torch.float64:
+                cos = cos.float()
+            return self.base(self.pool(cos), labels, norms)
+
+    def extra_repr(self) -> str:
+        return f"k={self.k}"

@@ -1,0 +1,63 @@
+"""Per-step learning-rate schedules with linear warm-up, as the face recognition recipes use them.
+
+Each factory takes the optimizer and the run's total number of optimizer steps (known only once the
+Trainer has seen the data), so a config can give milestones either in steps (the paper's 80k/140k/...)
+or as fractions of the run (portable across dataset sizes and batch sizes).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+from torch.optim import Optimizer
+from torch.optim.lr_scheduler import LambdaLR
+
+
+def _warmup(step: int, warmup_steps: int) -> float:
+    return (step + 1) / warmup_steps if step < warmup_steps else 1.0
+
+
+def _check_warmup(warmup_steps: int, total_steps: int) -> None:
+    if warmup_steps < 0 or warmup_steps >= max(total_steps, 1):
+        raise ValueError(f"scheduler.warmup_steps={warmup_steps}: must be in [0, total steps = {total_steps})")
+
+
+def multistep(optimizer: Optimizer, total_steps: int, milestones: Sequence[int] = (), milestone_fractions: Sequence[float] = (),
+              gamma: float = 0.1, warmup_steps: int = 0) -> LambdaLR:
+    """lr × gamma^(number of milestones passed); milestones in steps and/or fractions of total_steps."""
+    if any(not 0.0 < f < 1.0 for f in milestone_fractions):
+        raise ValueError(f"scheduler.milestone_fractions={list(milestone_fractions)}: each must be in (0, 1)")
+    _check_warmup(warmup_steps, total_steps)
+    points = sorted([int(m) for m in milestones] + [int(round(f * total_steps)) for f in milestone_fractions])
+
+    def factor(step: int) -> float:
+        return _warmup(step, warmup_steps) * gamma ** sum(step >= p for p in points)
+
+    return LambdaLR(optimizer, factor)
+
+
+def cosine(optimizer: Optimizer, total_steps: int, warmup_steps: int = 0, min_lr_ratio: float = 0.0) -> LambdaLR:
+    """Cosine decay from the base lr to min_lr_ratio × base lr after warm-up."""
+    _check_warmup(warmup_steps, total_steps)
+
+    def factor(step: int) -> float:
+        if step < warmup_steps:
+            return _warmup(step, warmup_steps)
+        progress = min(1.0, (step - warmup_steps) / max(1, total_steps - warmup_steps))
+        return min_lr_ratio + (1.0 - min_lr_ratio) * 0.5 * (1.0 + math.cos(math.pi * progress))
+
+    return LambdaLR(optimizer, factor)
+
+
+def polynomial(optimizer: Optimizer, total_steps: int, warmup_steps: int = 0, power: float = 2.0) -> LambdaLR:
+    """insightface arcface_torch's PolyScheduler: (1 - progress)^power after warm-up."""
+    _check_warmup(warmup_steps, total_steps)
+
+    def factor(step: int) -> float:
+        if step < warmup_steps:
+            return _warmup(step, warmup_steps)
+        progress = min(1.0, (step - warmup_steps) / max(1, total_steps - warmup_steps))
+        return (1.0 - progress) ** power
+
+    return LambdaLR(optimizer, factor)

@@ -1,0 +1,1 @@
+"""Small single-purpose helpers."""

@@ -1,0 +1,78 @@
+"""The config tree behaves as DESIGN.md says: head defaults, plain overrides, every option composes."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from hydra.utils import instantiate
+from omegaconf import OmegaConf
+
+from conftest import CONFIG_DIR, ROOT, compose_train
+
+HEADS = sorted(p.stem for p in Path(CONFIG_DIR, "head").glob("*.yaml"))
+EXPERIMENTS = sorted(p.stem for p in Path(CONFIG_DIR, "experiment").glob("*.yaml"))
+PAPER = {
+    "elastic_arc": (0.5, 64.0, 0.05),
+    "elastic_arc_plus": (0.5, 64.0, 0.0175),
+    "elastic_cos": (0.35, 64.0, 0.05),
+    "elastic_cos_plus": (0.35, 64.0, 0.025),
+}
+
+
+@pytest.mark.parametrize("head,expected", sorted(PAPER.items()))
+def test_head_group_sets_paper_defaults(head, expected):
+    cfg = compose_train([f"head={head}"])
+    assert (cfg.m, cfg.s, cfg.sigma) == expected
+    assert (cfg.model.head.m, cfg.model.head.s, cfg.model.head.sigma) == expected
+
+
+def test_plain_sigma_override_beats_the_head_default():
+    cfg = compose_train(["head=elastic_arc_plus", "sigma=0.02"])
+    assert cfg.sigma == 0.02 and cfg.model.head.sigma == 0.02 and cfg.m == 0.5
+
+
+def test_top_level_keys_are_declared():
+    cfg = compose_train([])
+    for key in ("m", "s", "sigma", "seed"):
+        assert key in cfg
+
+
+@pytest.mark.parametrize("head", HEADS)
+def test_every_head_config_builds_its_head(head):
+    cfg = compose_train([f"head={head}"])
+    module = instantiate(OmegaConf.to_container(cfg.model.head, resolve=True))
+    assert module.__class__.__name__
+
+
+@pytest.mark.parametrize("experiment", EXPERIMENTS)
+def test_every_experiment_composes(experiment):
+    cfg = compose_train([f"experiment={experiment}", "data.root=/data/faces"])
+    assert cfg.task_name != "train"
+    OmegaConf.to_container(cfg.model, resolve=True)
+
+
+def run_cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "train.py", *args], cwd=ROOT, capture_output=True, text=True, timeout=120)
+
+
+def test_cfg_job_prints_the_composed_config_verbatim_command():
+    out = run_cli("--cfg", "job", "head=elastic_arc_plus", "sigma=0.0175")
+    assert out.returncode == 0, out.stderr
+    cfg = OmegaConf.create(out.stdout)
+    assert cfg.sigma == 0.0175 and cfg.m == 0.5 and cfg.s == 64.0
+    assert cfg.model.head._target_.endswith("ElasticArcFace")
+
+
+def test_unknown_head_lists_the_valid_choices():
+    out = run_cli("head=no_such_head")
+    assert out.returncode != 0
+    assert "no_such_head" in out.stderr and "elastic_arc_plus" in out.stderr
+
+
+@pytest.mark.parametrize("override,key", [("sigma=-0.1", "sigma"), ("s=0", "s"), ("m=5.0", "m")])
+def test_bad_margin_values_fail_at_startup_naming_the_key(override, key, tiny_cfg):
+    from elasticface.training import run
+
+    with pytest.raises(Exception, match=rf"\b{key}\b"):
+        run(tiny_cfg("head=elastic_arc", override))

@@ -1,0 +1,64 @@
+import pytest
+import torch
+from torch.utils.data import Dataset
+
+from elasticface.data.datamodule import FaceDataModule, collate_faces
+from elasticface.data.transforms import normalize, random_hflip
+
+
+class Tiny(Dataset):
+    num_classes = 3
+
+    def __init__(self, n=10, corrupt=()):
+        self.n, self.corrupt = n, set(corrupt)
+
+    def __len__(self):
+        return self.n
+
+    def __getitem__(self, i):
+        if i in self.corrupt:
+            return None
+        return torch.full((3, 112, 112), i, dtype=torch.uint8), i % 3
+
+
+def test_normalize_maps_uint8_to_minus_one_one():
+    x = torch.tensor([0, 127, 255], dtype=torch.uint8).view(1, 3, 1, 1)
+    torch.testing.assert_close(normalize(x).flatten(), torch.tensor([-1.0, 127 / 127.5 - 1, 1.0]))
+    with pytest.raises(TypeError):
+        normalize(x.float())
+
+
+def test_random_hflip_flips_each_image_independently():
+    torch.manual_seed(0)
+    x = torch.arange(2 * 3 * 4, dtype=torch.uint8).view(1, 3, 2, 4).repeat(64, 1, 1, 1)
+    y = random_hflip(x)
+    flipped = (y != x).flatten(1).any(1)
+    assert 10 < flipped.sum() < 54  # about half
+    assert torch.equal(y[flipped], x[flipped].flip(-1)) and torch.equal(y[~flipped], x[~flipped])
+
+
+def test_collate_drops_and_counts_corrupt_records():
+    data = Tiny(corrupt={1, 3})
+    images, labels, skipped = collate_faces([data[i] for i in range(5)])
+    assert images.shape == (3, 3, 112, 112) and labels.tolist() == [0, 2, 1] and skipped.item() == 2
+
+
+def test_batch_size_that_does_not_fit_names_the_key():
+    dm = FaceDataModule(train_dataset=lambda: Tiny(5), batch_size=8, num_workers=0)
+    with pytest.raises(ValueError, match="data.batch_size=8"):
+        dm.setup("fit")
+
+
+def test_num_classes_mismatch_names_the_key():
+    dm = FaceDataModule(train_dataset=lambda: Tiny(5), batch_size=2, num_workers=0, num_classes=7)
+    with pytest.raises(ValueError, match="data.num_classes=7"):
+        dm.setup("fit")
+
+
+def test_train_loader_yields_uint8_batches_with_skip_counts():
+    dm = FaceDataModule(train_dataset=lambda: Tiny(10, corrupt={0}), batch_size=5, num_workers=0)
+    dm.setup("fit")
+    assert dm.num_classes == 3
+    batches = list(dm.train_dataloader())
+    assert len(batches) == 2 and sum(int(b[2]) for b in batches) == 1
+    assert batches[0][0].dtype == torch.uint8

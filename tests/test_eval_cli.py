@@ -1,0 +1,152 @@
+"""`python eval.py`: .bin sets, a pairs-file folder and an IJB directory, from a checkpoint or an export."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from hydra import compose, initialize_config_dir
+from hydra.core.global_hydra import GlobalHydra
+from PIL import Image
+from torch import nn
+
+from elasticface.data.pairs import write_bin
+from elasticface.eval.export import export_onnx, export_torchscript
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+class PoolEmbedder(nn.Module):
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.pool = nn.AvgPool2d(8)
+        self.proj = nn.Linear(3 * 14 * 14, 64)
+
+    def forward(self, x):
+        return self.proj(self.pool(x).flatten(1))
+
+
+def _pairs(num_pairs, seed):
+    """HWC uint8 faces: genuine pairs are noisy copies, impostors unrelated."""
+    rng = np.random.default_rng(seed)
+    images, issame = [], []
+    for p in range(num_pairs):
+        a = rng.integers(0, 256, (112, 112, 3), dtype=np.uint8)
+        same = p % 2 == 0
+        b = np.clip(a.astype(int) + rng.integers(-20, 21, a.shape), 0, 255).astype(np.uint8) if same else \
+            rng.integers(0, 256, (112, 112, 3), dtype=np.uint8)
+        images += [a, b]
+        issame.append(same)
+    return images, issame
+
+
+@pytest.fixture(scope="module")
+def eval_data(tmp_path_factory):
+    root = tmp_path_factory.mktemp("evaldata")
+    bins = root / "bins"
+    bins.mkdir()
+    for i, name in enumerate(["lfw", "cfp_fp"]):
+        write_bin(str(bins / f"{name}.bin"), *_pairs(20 + 3 * i, seed=i))
+    folder = root / "folder"
+    folder.mkdir()
+    images, issame = _pairs(12, seed=5)
+    lines = []
+    for p, same in enumerate(issame):
+        for k in range(2):
+            Image.fromarray(images[2 * p + k]).save(folder / f"{p}_{k}.png")
+        lines.append(f"{p}_0.png {p}_1.png {int(same)}")
+    (root / "pairs.txt").write_text("\n".join(lines) + "\n")
+    sys.path.insert(0, str(Path(__file__).parent))
+    from test_ijb import _make_ijb
+
+    _make_ijb(str(root / "ijb"))
+    model = PoolEmbedder().eval()
+    export_torchscript(model, str(root / "model.pt"))
+    export_onnx(model, str(root / "model.onnx"))
+    return root
+
+
+def test_eval_cli_end_to_end(eval_data, tmp_path):
+    out = tmp_path / "out"
+    cmd = [sys.executable, str(ROOT / "eval.py"), f"model_path={eval_data / 'model.pt'}", f"data.val_root={eval_data / 'bins'}",
+           f"pairs_file={eval_data / 'pairs.txt'}", f"image_root={eval_data / 'folder'}", f"ijb.root={eval_data / 'ijb'}",
+           "ijb.target=IJBC", "device=cpu", "num_workers=0", "batch_size=16", f"hydra.run.dir={out}"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120, cwd=str(tmp_path))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "agedb_30" in proc.stderr + proc.stdout  # the missing default set is reported
+    results = json.loads((out / "results.json").read_text())["results"]
+    names = [r["benchmark"] for r in results]
+    assert names == ["lfw", "cfp_fp", "pairs", "IJBC"]
+    for r in results[:3]:
+        assert r["acc"] >= 0.9 and set(r) >= {"acc", "acc_std", "threshold", "tar_at_far_1e-3", "xnorm", "pairs"}
+    assert results[1]["pairs"] == 23 and "tar_at_far_1e-4" in results[3]
+    with open(out / "results.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert [r["benchmark"] for r in rows] == names
+    assert (out / "roc.png").exists() and (out / "scores_lfw.png").exists()
+    assert "lfw" in proc.stdout and "IJBC" in proc.stdout
+
+
+def _compose_eval(overrides):
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(version_base="1.3", config_dir=str(ROOT / "configs")):
+        return compose(config_name="eval", overrides=overrides)
+
+
+def test_eval_onnx_matches_torchscript_in_process(eval_data, tmp_path):
+    from elasticface.eval.run import run
+
+    base = [f"data.val_root={eval_data / 'bins'}", "data.val_sets=[lfw]", "device=cpu", "num_workers=0", "plots=false"]
+    a = run(_compose_eval(base + [f"model_path={eval_data / 'model.onnx'}"]), output_dir=str(tmp_path / "a"))
+    b = run(_compose_eval(base + [f"model_path={eval_data / 'model.pt'}"]), output_dir=str(tmp_path / "b"))
+    assert a[0]["acc"] == b[0]["acc"] and a[0]["xnorm"] == pytest.approx(b[0]["xnorm"], rel=1e-4)
+
+
+def test_eval_without_sources_is_a_clear_error(tmp_path):
+    from elasticface.eval.run import run
+
+    with pytest.raises(ValueError, match="nothing to evaluate"):
+        run(_compose_eval(["model_path=x.pt"]), output_dir=str(tmp_path))
+
+
+def _tiny_checkpoint(path):
+    """A FaceRecognitionModule checkpoint built from the tiny training config (no training)."""
+    import pytorch_lightning as pl
+    from conftest import compose_train
+
+    from elasticface.training import build_module
+
+    cfg = compose_train(["model.embedding_size=32"])
+    module = build_module(cfg, num_classes=8)
+    torch.save({"state_dict": module.state_dict(), "hyper_parameters": dict(module.hparams),
+                "pytorch-lightning_version": pl.__version__}, path)
+    return module
+
+
+def test_eval_and_export_from_checkpoint(eval_data, tmp_path):
+    pytest.importorskip("elasticface.training")
+    from elasticface.eval.export import main as export_main
+    from elasticface.eval.run import run
+
+    ckpt = str(tmp_path / "tiny.ckpt")
+    module = _tiny_checkpoint(ckpt)
+    rows = run(_compose_eval([f"ckpt_path={ckpt}", f"data.val_root={eval_data / 'bins'}", "data.val_sets=[lfw]",
+                              "device=cpu", "num_workers=0", "plots=false"]), output_dir=str(tmp_path / "ckpt"))
+    assert rows[0]["benchmark"] == "lfw" and 0.0 <= rows[0]["acc"] <= 1.0
+    onnx_path = str(tmp_path / "tiny.onnx")
+    assert export_main(["--ckpt", ckpt, "--out", onnx_path, "--torchscript", str(tmp_path / "tiny.pt")]) == 0
+    import onnxruntime as ort
+
+    x = torch.rand(3, 3, 112, 112) * 2 - 1
+    got = ort.InferenceSession(onnx_path, providers=["CPUExecutionProvider"]).run(None, {"images": x.numpy()})[0]
+    with torch.no_grad():
+        want = module.eval().embed(x).numpy()
+    np.testing.assert_allclose(got, want, atol=1e-3)

@@ -1,0 +1,102 @@
+"""Image-folder faces and the shared decoder (grey -> RGB, resize counting, fallbacks)."""
+
+from __future__ import annotations
+
+import io
+import os
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from elasticface.data.decode import CorruptImageError, DecodeStats, decode_image
+from elasticface.data.folder import ImageFolderFaces, folder_val_sets
+
+
+def save(path, arr: np.ndarray, fmt: str = "JPEG") -> None:
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    Image.fromarray(arr).save(path, format=fmt, **({"quality": 95} if fmt == "JPEG" else {}))
+
+
+def smooth(seed: int, size=(112, 112), grey=False) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    small = rng.integers(0, 256, (6, 6) if grey else (6, 6, 3), dtype=np.uint8)
+    return np.asarray(Image.fromarray(small).resize(size[::-1], Image.BILINEAR))
+
+
+@pytest.fixture
+def faces(tmp_path):
+    root = tmp_path / "faces"
+    save(str(root / "bob" / "1.jpg"), smooth(1))
+    save(str(root / "bob" / "2.png"), smooth(2), "PNG")
+    save(str(root / "alice" / "a.jpg"), smooth(3, grey=True))       # grey
+    save(str(root / "carol" / "c.jpg"), smooth(4, size=(120, 100)))  # not 112x112
+    (root / "carol" / "notes.txt").write_text("ignored")
+    return root
+
+
+def test_labels_follow_sorted_folder_names(faces):
+    ds = ImageFolderFaces(str(faces))
+    assert ds.classes == ["alice", "bob", "carol"] and ds.num_classes == 3
+    assert ds.labels.dtype == np.int64 and ds.labels.tolist() == [0, 1, 1, 2]
+    items = [ds[i] for i in range(len(ds))]
+    for img, _ in items:
+        assert img.dtype == torch.uint8 and img.shape == (3, 112, 112)
+    assert [y for _, y in items] == [0, 1, 1, 2]
+    grey = items[0][0]
+    assert torch.equal(grey[0], grey[1]) and torch.equal(grey[1], grey[2])
+    assert np.array_equal(items[2][0].permute(1, 2, 0).numpy(), smooth(2))  # PNG is lossless
+    assert ds.stats.resized == 1 and ds.stats.grey >= 1
+
+
+def test_num_classes_check(faces):
+    with pytest.raises(ValueError, match="num_classes=4.*3 identity folders"):
+        ImageFolderFaces(str(faces), num_classes=4)
+
+
+def test_empty_and_missing_folders(tmp_path):
+    with pytest.raises(FileNotFoundError, match="missing.*one sub-folder of images per identity"):
+        ImageFolderFaces(str(tmp_path / "missing"))
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ValueError, match="no identity sub-folders"):
+        ImageFolderFaces(str(tmp_path / "empty"))
+    (tmp_path / "empty" / "someone").mkdir()
+    with pytest.raises(ValueError, match="no images"):
+        ImageFolderFaces(str(tmp_path / "empty"))
+
+
+def test_corrupt_image_skipped_then_limit(faces):
+    (faces / "bob" / "3.jpg").write_bytes(b"\xff\xd8\xff garbage")
+    (faces / "bob" / "4.jpg").write_bytes(b"")
+    ds = ImageFolderFaces(str(faces), max_corrupt=1)
+    idx = [i for i, p in enumerate(ds.paths) if p.endswith(("3.jpg", "4.jpg"))]
+    assert ds[idx[0]] is None and ds.num_corrupt == 1
+    with pytest.raises(RuntimeError, match="faces.*max_corrupt=1"):
+        ds[idx[1]]
+
+
+def test_decoders(faces):
+    data = (faces / "bob" / "1.jpg").read_bytes()
+    ref = np.asarray(Image.open(io.BytesIO(data)).convert("RGB")).transpose(2, 0, 1)
+    assert np.array_equal(decode_image(data, "pil").numpy(), ref)
+    assert np.abs(decode_image(data, "torchvision").numpy().astype(int) - ref).max() <= 3
+    stats = DecodeStats()
+    png = (faces / "bob" / "2.png").read_bytes()
+    assert decode_image(png, "torchvision", stats=stats).shape == (3, 112, 112) and stats.fallback == 1
+    assert decode_image(data, "torchvision", image_size=None).shape == (3, 112, 112)
+    with pytest.raises(CorruptImageError):
+        decode_image(data[: len(data) // 3], "torchvision")
+    with pytest.raises(ValueError, match="unknown decoder"):
+        decode_image(data, "opencv")
+
+
+def test_folder_val_sets(faces, tmp_path):
+    assert folder_val_sets(None) == {}
+    pairs = tmp_path / "pairs.txt"
+    pairs.write_text("# comment\nbob/1.jpg bob/2.png 1\nbob/1.jpg alice/a.jpg 0\n")
+    sets = folder_val_sets(str(pairs), str(faces), name="mine")
+    ps = sets["mine"]
+    assert ps.num_pairs == 2 and ps.issame.tolist() == [True, False] and len(ps) == 4
+    img, i = ps[3]
+    assert i == 3 and img.shape == (3, 112, 112)

@@ -1,0 +1,224 @@
+"""IJB-B/C: alignment (Umeyama + PIL warp), template aggregation and TAR@FAR on a tiny synthetic set."""
+
+from __future__ import annotations
+
+import math
+import os
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+from torch import nn
+
+from elasticface.eval.ijb import (
+    align_face,
+    arcface_template,
+    evaluate_ijb,
+    load_ijb_meta,
+    tar_at_fars,
+    umeyama,
+    warp_affine,
+)
+
+
+def _similarity(scale, angle, tx, ty):
+    c, s = scale * math.cos(angle), scale * math.sin(angle)
+    return np.array([[c, -s, tx], [s, c, ty], [0, 0, 1.0]])
+
+
+def _apply(m, pts):
+    return pts @ m[:2, :2].T + m[:2, 2]
+
+
+def test_template_has_the_x_plus_8_shift():
+    t = arcface_template(112)
+    np.testing.assert_allclose(t[0], [38.2946, 51.6963])
+    np.testing.assert_allclose(t[:, 0].mean(), 56.0, atol=0.1)  # centred in 112 px
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_umeyama_recovers_known_similarity(seed):
+    rng = np.random.default_rng(seed)
+    m = _similarity(rng.uniform(0.3, 3), rng.uniform(-np.pi, np.pi), *rng.uniform(-50, 50, 2))
+    src = rng.uniform(0, 200, (5, 2))
+    np.testing.assert_allclose(umeyama(src, _apply(m, src)), m, atol=1e-9)
+    # with noise, the estimate is the least-squares similarity: compare with the linear solve for
+    # x' = a x - b y + tx, y' = b x + a y + ty
+    noisy = _apply(m, src) + rng.normal(0, 0.5, src.shape)
+    rows = [r for x, y in src for r in ([x, -y, 1, 0], [y, x, 0, 1])]
+    a, b, tx, ty = np.linalg.lstsq(np.array(rows), noisy.ravel(), rcond=None)[0]
+    np.testing.assert_allclose(umeyama(src, noisy)[:2], [[a, -b, tx], [b, a, ty]], atol=1e-8)
+
+
+def _blobs(size, centers, sigma=2.5):
+    yy, xx = np.mgrid[0:size[1], 0:size[0]].astype(np.float64)
+    img = np.zeros((size[1], size[0]))
+    for cx, cy in centers:
+        img += np.exp(-((xx - cx) ** 2 + (yy - cy) ** 2) / (2 * sigma**2))
+    return np.clip(img * 255, 0, 255)
+
+
+def _reference_warp(src, matrix, size):
+    """cv2.warpAffine semantics in numpy: output pixel (x, y) samples the source at A^-1 ((x, y) - t)."""
+    a_inv = np.linalg.inv(matrix[:2, :2])
+    yy, xx = np.mgrid[0:size, 0:size].astype(np.float64)
+    pts = np.stack([xx.ravel(), yy.ravel()], 1) - matrix[:2, 2]
+    sx, sy = (pts @ a_inv.T).T
+    x0, y0 = np.floor(sx).astype(int), np.floor(sy).astype(int)
+    fx, fy = sx - x0, sy - y0
+    h, w = src.shape
+
+    def at(y, x):
+        ok = (x >= 0) & (x < w) & (y >= 0) & (y < h)
+        return np.where(ok, src[np.clip(y, 0, h - 1), np.clip(x, 0, w - 1)], 0.0)
+
+    out = (at(y0, x0) * (1 - fx) * (1 - fy) + at(y0, x0 + 1) * fx * (1 - fy)
+           + at(y0 + 1, x0) * (1 - fx) * fy + at(y0 + 1, x0 + 1) * fx * fy)
+    return out.reshape(size, size)
+
+
+def test_alignment_puts_landmarks_on_the_template():
+    template = arcface_template(112)
+    # a face 1.6x larger than the template, rotated 20 degrees, somewhere in a 250x230 image
+    to_image = _similarity(1.6, math.radians(20), 60, 30)
+    landmarks = _apply(to_image, template)
+    src = _blobs((250, 230), landmarks)
+    image = Image.fromarray(src.astype(np.uint8)).convert("RGB")
+    aligned = np.asarray(align_face(image, landmarks, 112), dtype=np.float64)[:, :, 0]
+    assert aligned.shape == (112, 112)
+    yy, xx = np.mgrid[0:112, 0:112]
+    for cx, cy in template:
+        win = (np.abs(xx - cx) <= 5) & (np.abs(yy - cy) <= 5)
+        w = aligned * win
+        centroid = np.array([(w * xx).sum(), (w * yy).sum()]) / w.sum()
+        np.testing.assert_allclose(centroid, [cx, cy], atol=0.25)
+    # and the PIL warp follows cv2.warpAffine's pixel-centre convention
+    matrix = umeyama(landmarks, template)
+    ref = _reference_warp(src.astype(np.uint8).astype(np.float64), matrix, 112)
+    got = np.asarray(warp_affine(Image.fromarray(src.astype(np.uint8)), matrix[:2], 112), dtype=np.float64)
+    assert np.abs(got - ref).max() <= 2.0
+
+
+def _sk_nearest_tar(scores, labels, fars):
+    from sklearn.metrics import roc_curve as sk_roc
+
+    fpr, tpr, _ = sk_roc(labels, scores, drop_intermediate=False)
+    out = []
+    for far in fars:
+        best, best_i = None, None
+        for i, f in enumerate(fpr):
+            d = abs(f - far)
+            if best is None or d < best:
+                best, best_i = d, i
+        out.append(tpr[best_i])
+    return out
+
+
+def test_tar_at_fars_matches_straightforward():
+    rng = np.random.default_rng(0)
+    labels = rng.random(20000) < 0.1
+    scores = np.round(rng.normal(size=20000) + 2.5 * labels, 2)
+    fars = (1e-4, 1e-3, 1e-2, 1e-1)
+    got = tar_at_fars(scores, labels, fars)
+    assert list(got) == ["tar_at_far_1e-4", "tar_at_far_1e-3", "tar_at_far_1e-2", "tar_at_far_1e-1"]
+    assert list(got.values()) == _sk_nearest_tar(scores, labels, fars)
+
+
+# -- a synthetic IJB-like directory -----------------------------------------------------------------------
+
+COLOURS = [(200, 40, 40), (40, 200, 40), (40, 40, 200), (200, 200, 40)]
+
+
+def _make_ijb(root, target="IJBC", seed=0):
+    """4 identities x 2 templates x 2 media x 1-2 loose crops with a coloured 'face' and fake landmarks."""
+    rng = np.random.default_rng(seed)
+    base = os.path.join(root, target)
+    os.makedirs(os.path.join(base, "meta"))
+    os.makedirs(os.path.join(base, "loose_crop"))
+    tid_lines, lmk_lines, template_identity = [], [], {}
+    n = 0
+    for ident, colour in enumerate(COLOURS):
+        for t in range(2):
+            tid = 10 * ident + t + 1
+            template_identity[tid] = ident
+            for m in range(2):
+                mid = 100 * tid + m
+                for _ in range(1 + (m + t) % 2):
+                    n += 1
+                    name = f"{n}.jpg"
+                    size = (int(rng.integers(130, 180)), int(rng.integers(130, 180)))
+                    face = _similarity(rng.uniform(0.9, 1.3), rng.uniform(-0.3, 0.3), rng.uniform(5, 15), rng.uniform(5, 15))
+                    lm = _apply(face, arcface_template(112))
+                    arr = np.full((size[1], size[0], 3), 90, dtype=np.uint8)
+                    arr[:, :, :] = np.clip(np.array(colour) + rng.normal(0, 25, 3), 0, 255).astype(np.uint8)
+                    arr[: size[1] // 3] = rng.integers(0, 255, 3).astype(np.uint8)  # identity-unrelated clutter
+                    Image.fromarray(arr).save(os.path.join(base, "loose_crop", name), quality=95)
+                    tid_lines.append(f"{name} {tid} {mid}")
+                    score = rng.uniform(0.5, 1.0)
+                    lmk_lines.append(name + " " + " ".join(f"{v:.3f}" for v in lm.ravel()) + f" {score:.4f}")
+    tids = sorted(template_identity)
+    pair_lines = [f"{a} {b} {int(template_identity[a] == template_identity[b])}" for i, a in enumerate(tids) for b in tids[i + 1:]]
+    t = target.lower()
+    for fname, lines in ((f"{t}_face_tid_mid.txt", tid_lines), (f"{t}_name_5pts_score.txt", lmk_lines),
+                         (f"{t}_template_pair_label.txt", pair_lines)):
+        with open(os.path.join(base, "meta", fname), "w") as f:
+            f.write("\n".join(lines) + "\n")
+    return base
+
+
+class ColourEmbedder(nn.Module):
+    def forward(self, x):
+        return nn.functional.adaptive_avg_pool2d(x, 2).flatten(1) + 0.01 * x[:, :, :8, :8].flatten(1)[:, :12]
+
+
+def _reference_ijb(base, target, model):
+    """Plain loops over images, media and templates."""
+    meta = os.path.join(base, "meta")
+    t = target.lower()
+    lmk = {}
+    for line in open(os.path.join(meta, f"{t}_name_5pts_score.txt")):
+        p = line.split()
+        lmk[p[0]] = (np.array(p[1:11], dtype=float).reshape(5, 2), float(p[11]))
+    feats = {}
+    for name, (points, score) in lmk.items():
+        im = Image.open(os.path.join(base, "loose_crop", name)).convert("RGB")
+        x = torch.from_numpy(np.asarray(align_face(im, points), dtype=np.float32).copy()).permute(2, 0, 1)[None] / 127.5 - 1
+        with torch.no_grad():
+            f = model(x)[0].double() + model(x.flip(-1))[0].double()
+        feats[name] = f.numpy() * score
+    media = {}
+    for line in open(os.path.join(meta, f"{t}_face_tid_mid.txt")):
+        name, tid, mid = line.split()
+        media.setdefault(int(tid), {}).setdefault(int(mid), []).append(feats[name])
+    templates = {}
+    for tid, ms in media.items():
+        v = sum(np.mean(fs, axis=0) for fs in ms.values())
+        templates[tid] = v / np.linalg.norm(v)
+    scores, labels = [], []
+    for line in open(os.path.join(meta, f"{t}_template_pair_label.txt")):
+        a, b, y = map(int, line.split())
+        scores.append(float(templates[a] @ templates[b]))
+        labels.append(bool(y))
+    return np.array(scores), np.array(labels)
+
+
+def test_evaluate_ijb_on_synthetic_directory(tmp_path):
+    base = _make_ijb(str(tmp_path))
+    model = ColourEmbedder()
+    fars = (1e-2, 1e-1)
+    result = evaluate_ijb(model, str(tmp_path), "IJBC", batch_size=4, device="cpu", fars=fars)
+    ref_scores, ref_labels = _reference_ijb(base, "IJBC", model)
+    np.testing.assert_allclose(result["scores"], ref_scores, atol=1e-5)
+    np.testing.assert_array_equal(result["labels"], ref_labels)
+    assert list(result["tar"].values()) == _sk_nearest_tar(ref_scores, ref_labels, fars)
+    assert result["num_templates"] == 8 and result["num_pairs"] == 28
+    # the coloured identities are separable: genuine pairs score higher than impostors on average
+    assert result["scores"][ref_labels].mean() > result["scores"][~ref_labels].mean()
+    # root may also be the target folder itself
+    assert load_ijb_meta(base, "IJBC").names == load_ijb_meta(str(tmp_path), "IJBC").names
+
+
+def test_missing_meta_gives_clear_error(tmp_path):
+    with pytest.raises(FileNotFoundError, match="meta"):
+        load_ijb_meta(str(tmp_path), "IJBB")

@@ -1,0 +1,63 @@
+"""End-to-end: the training job, resume, and a four-job multirun, on tiny synthetic faces."""
+
+import json
+import subprocess
+import sys
+
+import torch
+import yaml
+
+from conftest import ROOT, TINY
+from elasticface.training import run
+
+
+def test_run_writes_summary_and_checkpoints(tiny_cfg, tmp_path):
+    summary = run(tiny_cfg("head=elastic_arc_plus"))
+    saved = json.loads((tmp_path / "summary.json").read_text())
+    assert saved["val/acc_mean"]["final"] == summary["val/acc_mean"]["final"]
+    for key in ("baseline/pixel_acc", "train_seconds", "images_per_second", "m", "s", "sigma", "head", "backbone", "data"):
+        assert saved[key] is not None, key
+    assert (saved["m"], saved["s"], saved["sigma"]) == (0.5, 64.0, 0.0175)
+    assert 0.0 <= saved["val/acc_mean"]["best"] <= 1.0 and saved["val/acc_mean"]["best"] >= saved["val/acc_mean"]["final"]
+    assert saved["images_per_second"] > 0
+    ckpts = sorted(p.name for p in (tmp_path / "checkpoints").iterdir())
+    assert "last.ckpt" in ckpts and any(name.startswith("step") for name in ckpts)
+    metrics = (tmp_path / "csv" / "metrics.csv").read_text().splitlines()[0].split(",")
+    for name in ("train/loss", "train/margin_mean", "train/margin_std", "val/acc_mean", "val/acc_mean_best", "val/synthetic/acc"):
+        assert name in metrics, name
+    hparams = yaml.safe_load((tmp_path / "csv" / "hparams.yaml").read_text())
+    assert hparams["sigma"] == 0.0175 and hparams["m"] == 0.5 and hparams["s"] == 64.0
+
+
+def test_resume_continues_step_count_optimizer_and_margin_rng(tiny_cfg, tmp_path):
+    run(tiny_cfg("trainer.max_epochs=1"))
+    first = torch.load(tmp_path / "checkpoints" / "last.ckpt", weights_only=False)
+    steps_per_epoch = first["global_step"]
+    assert steps_per_epoch > 0
+    head_state = {k: v for k, v in first["state_dict"].items() if k.startswith("head.")}
+    assert any(k.endswith("_extra_state") for k in head_state), "margin RNG state must be in the checkpoint"
+    resumed = run(tiny_cfg("trainer.max_epochs=2", f"ckpt_path={tmp_path / 'checkpoints' / 'last.ckpt'}"))
+    assert resumed["global_step"] == 2 * steps_per_epoch
+    final = torch.load(tmp_path / "checkpoints" / "last.ckpt", weights_only=False)
+    assert final["global_step"] == 2 * steps_per_epoch
+    assert final["lr_schedulers"][0]["last_epoch"] == 2 * steps_per_epoch
+    assert final["optimizer_states"][0]["state"], "momentum buffers are saved"
+
+
+def test_multirun_four_jobs_each_in_its_own_directory(tmp_path):
+    overrides = TINY + ["trainer.max_steps=2", "trainer.max_epochs=1"]
+    cmd = [sys.executable, "train.py", "-m", "head=elastic_arc,elastic_arc_plus", "sigma=0.0125,0.025",
+           f"hydra.sweep.dir={tmp_path}", *overrides]
+    out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    jobs = sorted(p for p in tmp_path.iterdir() if p.is_dir() and not p.name.startswith("."))
+    assert len(jobs) == 4, [p.name for p in jobs]
+    seen = set()
+    for job in jobs:
+        assert "head=" in job.name and "sigma=" in job.name
+        summary = json.loads((job / "summary.json").read_text())
+        hparams = yaml.safe_load((job / "csv" / "hparams.yaml").read_text())
+        assert hparams["sigma"] == summary["sigma"] and hparams["choice/head"] == summary["head"]
+        assert hparams["m"] == 0.5 and hparams["s"] == 64.0
+        seen.add((summary["head"], summary["sigma"]))
+    assert seen == {(h, s) for h in ("elastic_arc", "elastic_arc_plus") for s in (0.0125, 0.025)}
