@@ -44,7 +44,7 @@ def group_choices() -> dict[str, str]:
     if not HydraConfig.initialized():
         return {}
     choices = HydraConfig.get().runtime.choices
-    return {k: str(v) for k, v in choices.items() if v is not None and not k.startswith("hydra/")}
+    return {k: str(v) for k, v in choices.items() if v is not None and k != "hydra" and not k.startswith("hydra/")}
 
 
 def flatten(tree: Any, prefix: str = "") -> dict[str, Any]:
