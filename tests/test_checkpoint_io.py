@@ -11,6 +11,7 @@ def test_atomic_save_round_trips(tmp_path):
     loaded = io.load_checkpoint(path)
     assert loaded["step"] == 3 and torch.equal(loaded["w"], torch.arange(4))
     assert [p.name for p in path.parent.iterdir()] == ["last.ckpt"]  # no temporary left behind
+    assert path.stat().st_mode & 0o044, "readable by group/others like any file torch.save writes"
 
 
 def test_crash_while_writing_keeps_the_previous_checkpoint(tmp_path, monkeypatch):

@@ -76,3 +76,15 @@ def test_bad_margin_values_fail_at_startup_naming_the_key(override, key, tiny_cf
 
     with pytest.raises(Exception, match=rf"\b{key}\b"):
         run(tiny_cfg("head=elastic_arc", override))
+
+
+def test_unknown_backbone_group_option_lists_the_valid_choices():
+    out = run_cli("backbone=no_such_net")
+    assert out.returncode != 0 and "iresnet50" in out.stderr and "mobilefacenet" in out.stderr
+
+
+def test_unknown_timm_model_name_suggests_close_matches(tiny_cfg):
+    from elasticface.training import run
+
+    with pytest.raises(Exception, match="iresnet50"):
+        run(tiny_cfg("model.backbone.name=iresnet5O"))

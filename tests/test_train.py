@@ -4,6 +4,7 @@ import json
 import subprocess
 import sys
 
+import pytest
 import torch
 import yaml
 
@@ -22,10 +23,10 @@ def test_run_writes_summary_and_checkpoints(tiny_cfg, tmp_path):
     assert saved["images_per_second"] > 0
     ckpts = sorted(p.name for p in (tmp_path / "checkpoints").iterdir())
     assert "last.ckpt" in ckpts and any(name.startswith("step") for name in ckpts)
-    metrics = (tmp_path / "csv" / "metrics.csv").read_text().splitlines()[0].split(",")
+    metrics = (tmp_path / "csv" / "version_0" / "metrics.csv").read_text().splitlines()[0].split(",")
     for name in ("train/loss", "train/margin_mean", "train/margin_std", "val/acc_mean", "val/acc_mean_best", "val/synthetic/acc"):
         assert name in metrics, name
-    hparams = yaml.safe_load((tmp_path / "csv" / "hparams.yaml").read_text())
+    hparams = yaml.safe_load((tmp_path / "csv" / "version_0" / "hparams.yaml").read_text())
     assert hparams["sigma"] == 0.0175 and hparams["m"] == 0.5 and hparams["s"] == 64.0
 
 
@@ -38,6 +39,8 @@ def test_resume_continues_step_count_optimizer_and_margin_rng(tiny_cfg, tmp_path
     assert any(k.endswith("_extra_state") for k in head_state), "margin RNG state must be in the checkpoint"
     resumed = run(tiny_cfg("trainer.max_epochs=2", f"ckpt_path={tmp_path / 'checkpoints' / 'last.ckpt'}"))
     assert resumed["global_step"] == 2 * steps_per_epoch
+    assert (tmp_path / "csv" / "version_0" / "metrics.csv").exists(), "the first run's logs survive the resume"
+    assert (tmp_path / "csv" / "version_1" / "metrics.csv").exists()
     final = torch.load(tmp_path / "checkpoints" / "last.ckpt", weights_only=False)
     assert final["global_step"] == 2 * steps_per_epoch
     assert final["lr_schedulers"][0]["last_epoch"] == 2 * steps_per_epoch
@@ -56,8 +59,32 @@ def test_multirun_four_jobs_each_in_its_own_directory(tmp_path):
     for job in jobs:
         assert "head=" in job.name and "sigma=" in job.name
         summary = json.loads((job / "summary.json").read_text())
-        hparams = yaml.safe_load((job / "csv" / "hparams.yaml").read_text())
+        hparams = yaml.safe_load((job / "csv" / "version_0" / "hparams.yaml").read_text())
         assert hparams["sigma"] == summary["sigma"] and hparams["choice/head"] == summary["head"]
         assert hparams["m"] == 0.5 and hparams["s"] == 64.0
         seen.add((summary["head"], summary["sigma"]))
     assert seen == {(h, s) for h in ("elastic_arc", "elastic_arc_plus") for s in (0.0125, 0.025)}
+
+
+def test_all_loggers_offline_without_network(tiny_cfg, tmp_path, monkeypatch):
+    monkeypatch.delenv("WANDB_API_KEY", raising=False)
+    monkeypatch.setenv("NETRC", str(tmp_path / "no_netrc"))
+    monkeypatch.delenv("WANDB_MODE", raising=False)
+    cfg = tiny_cfg("logger=many", "trainer.max_epochs=1")
+    assert cfg.logger.wandb.offline is True
+    run(cfg)
+    assert list((tmp_path / "wandb").glob("offline-run-*")), "W&B wrote an offline run"
+    assert list((tmp_path / "tensorboard").rglob("events.out.tfevents.*"))
+    assert (tmp_path / "csv" / "version_0" / "metrics.csv").exists()
+
+
+@pytest.mark.slow
+def test_ddp_two_cpu_processes(tmp_path):
+    """DDP on CPU (gloo): every rank evaluates its share of the pairs; the metric gathers them all."""
+    cmd = [sys.executable, "train.py", *TINY, "trainer.accelerator=cpu", "trainer.devices=2", "trainer.strategy=ddp",
+           f"hydra.run.dir={tmp_path}"]
+    out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["global_step"] > 0 and 0.0 <= summary["val/acc_mean"]["final"] <= 1.0
+    assert (tmp_path / "checkpoints" / "last.ckpt").exists()

@@ -85,7 +85,8 @@ class FaceRecognitionModule(pl.LightningModule):
             self.log("train/margin_mean", margins.mean(), on_step=True)
             self.log("train/margin_std", margins.std(), on_step=True)
         if len(batch) > 2:
-            self.log("data/skipped_records", batch[2].float().sum(), on_step=False, on_epoch=True, reduce_fx="sum")
+            self.log("data/skipped_records", batch[2].float().sum(), on_step=False, on_epoch=True, reduce_fx="sum",
+                     sync_dist=True)
 
     def configure_gradient_clipping(self, optimizer: torch.optim.Optimizer, gradient_clip_val: float | None = None,
                                     gradient_clip_algorithm: str | None = None) -> None:
