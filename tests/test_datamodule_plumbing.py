@@ -62,3 +62,28 @@ def test_train_loader_yields_uint8_batches_with_skip_counts():
     batches = list(dm.train_dataloader())
     assert len(batches) == 2 and sum(int(b[2]) for b in batches) == 1
     assert batches[0][0].dtype == torch.uint8
+
+
+def test_identity_sampler_gives_k_images_per_identity_through_the_datamodule():
+    from functools import partial
+
+    from elasticface.data.sampler import identity_sampler
+
+    class Labelled(Tiny):
+        num_classes = 6
+
+        def __init__(self):
+            super().__init__(n=48)
+            self.labels = torch.arange(48).remainder(6).numpy()
+
+        def __getitem__(self, i):
+            return torch.zeros(3, 112, 112, dtype=torch.uint8), int(self.labels[i])
+
+    dm = FaceDataModule(train_dataset=Labelled, batch_size=8, num_workers=0,
+                        sampler=partial(identity_sampler, images_per_identity=4, seed=0))
+    dm.setup("fit")
+    batches = list(dm.train_dataloader())
+    assert batches
+    for _, labels, _ in batches:
+        counts = torch.bincount(labels, minlength=6)
+        assert labels.numel() == 8 and set(counts[counts > 0].tolist()) == {4}

@@ -137,8 +137,8 @@ def verification_scores(
 
     # TAR at FAR: invert FAR(threshold) of the training folds, apply to the held-out fold
     vtp, vfp, _, _ = fold_counts(val_thresholds)
-    vtp_all, vfp_all = vtp.sum(0), vfp.sum(0)
-    n_gen_all, n_imp_all = n_gen.sum(), n_imp.sum()
+    vfp_all = vfp.sum(0)
+    n_imp_all = n_imp.sum()
     tars = np.zeros(num_folds)
     fars = np.zeros(num_folds)
     fold_val_thresholds = np.zeros(num_folds)
