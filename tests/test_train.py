@@ -88,3 +88,15 @@ def test_ddp_two_cpu_processes(tmp_path):
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["global_step"] > 0 and 0.0 <= summary["val/acc_mean"]["final"] <= 1.0
     assert (tmp_path / "checkpoints" / "last.ckpt").exists()
+
+
+def test_margin_statistics_are_written_on_every_logging_step(tiny_cfg, tmp_path):
+    """They are computed only on the steps the loggers write (the mask would sync the device every step)."""
+    import csv
+
+    run(tiny_cfg("head=elastic_cos_plus", "trainer.log_every_n_steps=2", "trainer.max_epochs=2"))
+    rows = list(csv.DictReader((tmp_path / "csv" / "version_0" / "metrics.csv").open()))
+    loss_steps = [r["step"] for r in rows if r.get("train/loss")]
+    margin_steps = [r["step"] for r in rows if r.get("train/margin_mean")]
+    assert len(loss_steps) >= 2 and margin_steps == loss_steps
+    assert all(float(r["train/margin_std"]) > 0 for r in rows if r.get("train/margin_std"))

@@ -47,7 +47,8 @@ class FaceRecognitionModule(pl.LightningModule):
         )
         self.val_metrics = nn.ModuleDict()
         self.register_buffer("best_acc_mean", torch.tensor(float("nan"), dtype=torch.float64))
-        self.last_theta_y: Tensor | None = None
+        self._theta_y: Tensor | None = None
+        self._theta_valid: Tensor | None = None
 
     # -- model ---------------------------------------------------------------------------------------
     def embed(self, images: Tensor) -> Tensor:
@@ -74,19 +75,33 @@ class FaceRecognitionModule(pl.LightningModule):
         return loss
 
     def log_batch_stats(self, cos: Tensor, labels: Tensor, batch: tuple[Tensor, ...]) -> None:
-        """Margins drawn this step, the target angles, and records the loader had to drop."""
+        """Margins drawn this step, the target angles, and records the loader had to drop.
+
+        Keeping only rows with a label (a boolean mask) syncs the device with the host, so the step
+        stores all rows and the statistics are computed only on the steps the loggers write.
+        """
         if getattr(self.head, "normalized", True):
-            valid = labels >= 0
-            cos_y = cos[valid].gather(1, labels[valid, None]).squeeze(1)
-            self.last_theta_y = torch.acos(cos_y.detach().clamp(-1.0, 1.0))
-            self.log("train/theta_y_mean_deg", torch.rad2deg(self.last_theta_y.mean()), on_step=True)
+            cos_y = cos.detach().gather(1, labels.clamp_min(0)[:, None]).squeeze(1)
+            self._theta_y, self._theta_valid = torch.acos(cos_y.clamp(-1.0, 1.0)), labels >= 0
+        if len(batch) > 2:
+            self.log("data/skipped_records", batch[2].float().sum(), on_step=False, on_epoch=True, reduce_fx="sum",
+                     sync_dist=True)
+        if not self.trainer._logger_connector.should_update_logs:
+            return
+        theta_y = self.last_theta_y
+        if theta_y is not None and theta_y.numel():
+            self.log("train/theta_y_mean_deg", torch.rad2deg(theta_y.mean()), on_step=True)
         margins = getattr(self.head, "last_margins", None)
         if margins is not None and margins.numel() > 1:
             self.log("train/margin_mean", margins.mean(), on_step=True)
             self.log("train/margin_std", margins.std(), on_step=True)
-        if len(batch) > 2:
-            self.log("data/skipped_records", batch[2].float().sum(), on_step=False, on_epoch=True, reduce_fx="sum",
-                     sync_dist=True)
+
+    @property
+    def last_theta_y(self) -> Tensor | None:
+        """Angles (radians) between the last training batch's embeddings and their class centres."""
+        if self._theta_y is None:
+            return None
+        return self._theta_y[self._theta_valid]
 
     def configure_gradient_clipping(self, optimizer: torch.optim.Optimizer, gradient_clip_val: float | None = None,
                                     gradient_clip_algorithm: str | None = None) -> None:
