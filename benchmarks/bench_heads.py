@@ -6,7 +6,9 @@ isolate the head and the loss; ``--with-fc`` also runs the normalised ``[B, D] x
 matmul (D = 512) in each step, which every head shares.
 
 Time: per step, heads interleaved round-robin so that drift hits all of them alike; the ratio of
-the median steps (the verdict) and of the fastest steps (as ``timeit`` advises) are printed.
+the fastest steps (the verdict, as ``timeit`` advises: the work is deterministic and other jobs
+only ever add time) and of the median steps are printed. On a shared CPU the median moves by about
+±5% between runs (NormFace, which does strictly less work than ArcFace, has measured 1.03).
 ``--clock cpu`` (the default on CPU) counts the process's CPU time (all threads, user + system,
 page faults included) instead of wall time, which other jobs on a shared machine disturb far less;
 ``--clock wall`` (the default on CUDA, with synchronisation) is the elapsed time.
@@ -166,17 +168,17 @@ def main(argv: list[str] | None = None) -> list[dict]:
         f"B={a.batch} C={a.classes} D={a.dim} device={device} threads={torch.get_num_threads()} "
         f"with_fc={a.with_fc} repeats={a.repeats} clock={clock_name}; memory = {mem_kind} during one step"
     )
-    print(f"{'head':<22}{'time ratio':>11}{'(best)':>10}{'mem ratio':>11}   (arcface: median {base_med * 1e3:.0f} ms, "
-          f"best {base_t * 1e3:.0f} ms, {(base_m or 0) / 2**20:.0f} MiB)")
+    print(f"{'head':<22}{'time ratio':>11}{'(median)':>10}{'mem ratio':>11}   (arcface: best {base_t * 1e3:.0f} ms, "
+          f"median {base_med * 1e3:.0f} ms, {(base_m or 0) / 2**20:.0f} MiB)")
     rows = []
     for n in names:
         t = min(times[n]) / base_t
         t_med = statistics.median(times[n]) / base_med
         m = mem[n] / base_m if (mem[n] is not None and base_m) else float("nan")
         flag = ""
-        if n in ELASTIC and (t_med > 1.05 or m > 1.05):
+        if n in ELASTIC and (t > 1.05 or m > 1.05):
             flag = "  > 5% over arcface"
-        print(f"{n:<22}{t_med:>11.3f}{t:>10.3f}{m:>11.3f}{flag}")
+        print(f"{n:<22}{t:>11.3f}{t_med:>10.3f}{m:>11.3f}{flag}")
         rows.append({"head": n, "time_ratio": t_med, "time_ratio_best": t, "mem_ratio": m})
     return rows
 
