@@ -62,6 +62,7 @@ def test_multirun_four_jobs_each_in_its_own_directory(tmp_path):
         hparams = yaml.safe_load((job / "csv" / "version_0" / "hparams.yaml").read_text())
         assert hparams["sigma"] == summary["sigma"] and hparams["choice/head"] == summary["head"]
         assert hparams["m"] == 0.5 and hparams["s"] == 64.0
+        assert summary["val/acc_mean"]["final"] is not None, "stopped mid-epoch, still validated at the end"
         seen.add((summary["head"], summary["sigma"]))
     assert seen == {(h, s) for h in ("elastic_arc", "elastic_arc_plus") for s in (0.0125, 0.025)}
 

@@ -47,6 +47,7 @@ class FaceRecognitionModule(pl.LightningModule):
         )
         self.val_metrics = nn.ModuleDict()
         self.register_buffer("best_acc_mean", torch.tensor(float("nan"), dtype=torch.float64))
+        self.validated_at_step: int | None = None
         self._theta_y: Tensor | None = None
         self._theta_valid: Tensor | None = None
 
@@ -155,5 +156,6 @@ class FaceRecognitionModule(pl.LightningModule):
         acc_mean = torch.stack(accuracies).mean()
         if torch.isnan(self.best_acc_mean) or acc_mean > self.best_acc_mean:
             self.best_acc_mean.fill_(acc_mean.item())
+        self.validated_at_step = self.global_step
         self.log("val/acc_mean", acc_mean, prog_bar=True)
         self.log("val/acc_mean_best", self.best_acc_mean.clone())

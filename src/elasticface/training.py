@@ -86,6 +86,9 @@ def run(cfg: DictConfig) -> dict[str, Any]:
 
     started = time.perf_counter()
     trainer.fit(model, datamodule=datamodule, ckpt_path=cfg.get("ckpt_path"))
+    if datamodule.val_sets and model.validated_at_step != trainer.global_step:
+        # stopped between validations (max_steps mid-epoch, max_time): score the final weights too
+        trainer.validate(model, datamodule=datamodule, verbose=False)
     train_seconds = time.perf_counter() - started
 
     summary = make_summary(cfg, trainer, model, baselines, train_seconds, throughput, params)
