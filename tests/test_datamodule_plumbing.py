@@ -87,3 +87,47 @@ def test_identity_sampler_gives_k_images_per_identity_through_the_datamodule():
     for _, labels, _ in batches:
         counts = torch.bincount(labels, minlength=6)
         assert labels.numel() == 8 and set(counts[counts > 0].tolist()) == {4}
+
+
+def test_batch_augment_is_identity_when_off_and_each_extra_does_its_job():
+    from elasticface.data.transforms import BatchAugment
+
+    torch.manual_seed(0)
+    x = torch.rand(32, 3, 112, 112) * 2 - 1
+    assert BatchAugment()(x) is x
+    grey = BatchAugment(grayscale_p=1.0)(x.clone())
+    assert torch.allclose(grey[:, 0], grey[:, 1]) and torch.allclose(grey[:, 1], grey[:, 2])
+    erased = BatchAugment(erasing_p=1.0)(x.clone())
+    zero_fraction = (erased == 0).all(1).flatten(1).float().mean(1)
+    assert ((zero_fraction >= 0.005) & (zero_fraction <= 0.25)).all()
+    jittered = BatchAugment(brightness=0.4, contrast=0.4, saturation=0.4)(x.clone())
+    assert jittered.min() >= -1 and jittered.max() <= 1 and not torch.allclose(jittered, x)
+    shifted = BatchAugment(shift_px=4)(x.clone())
+    assert shifted.shape == x.shape
+    # each image is a translate of the original by at most 4 px in each direction
+    for i in range(4):
+        matches = [(dy, dx) for dy in range(-4, 5) for dx in range(-4, 5)
+                   if torch.equal(shifted[i, :, 8:-8, 8:-8], x[i, :, 8 - dy:104 - dy, 8 - dx:104 - dx])]
+        assert len(matches) == 1
+
+
+def test_bad_augment_value_names_the_key():
+    from elasticface.data.transforms import BatchAugment
+
+    with pytest.raises(ValueError, match="data.augment.grayscale_p"):
+        BatchAugment(grayscale_p=1.5)
+
+
+def test_augment_applies_to_training_batches_only():
+    dm = FaceDataModule(train_dataset=lambda: Tiny(10), batch_size=5, num_workers=0, hflip=False,
+                        augment={"grayscale_p": 1.0})
+    images = torch.randint(0, 256, (2, 3, 112, 112), dtype=torch.uint8)
+
+    class T:
+        training = True
+
+    dm.trainer = T()
+    out = dm.on_after_batch_transfer((images, torch.tensor([0, 1])), 0)[0]
+    assert torch.allclose(out[:, 0], out[:, 2])
+    T.training = False
+    assert torch.equal(dm.on_after_batch_transfer((images, torch.tensor([0, 1])), 0)[0], normalize(images))

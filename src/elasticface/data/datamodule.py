@@ -15,7 +15,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset, Sampler
 
 from elasticface.data.pairs import PairSet
-from elasticface.data.transforms import normalize, random_hflip
+from elasticface.data.transforms import BatchAugment, normalize, random_hflip
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +53,7 @@ class FaceDataModule(pl.LightningDataModule):
         pin_memory: bool = True,
         persistent_workers: bool = True,
         hflip: bool = True,
+        augment: dict[str, Any] | None = None,
         drop_last: bool = True,
         sampler: Callable[..., Sampler] | None = None,
         root: str | None = None,
@@ -73,6 +74,7 @@ class FaceDataModule(pl.LightningDataModule):
         self.pin_memory = pin_memory and torch.cuda.is_available()
         self.persistent_workers = persistent_workers and num_workers > 0
         self.hflip = hflip
+        self.augment = BatchAugment(**(augment or {}))
         self.drop_last = drop_last
         self.sampler_factory = sampler
         self.expected_num_classes = num_classes
@@ -137,8 +139,9 @@ class FaceDataModule(pl.LightningDataModule):
 
     def on_after_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
         images, rest = batch[0], tuple(batch[1:])
-        if images.is_floating_point():  # DALI already flipped and scaled on the GPU
-            return batch
-        if self.trainer is not None and self.trainer.training and self.hflip:
-            images = random_hflip(images)
-        return (normalize(images), *rest)
+        training = self.trainer is not None and self.trainer.training
+        if not images.is_floating_point():  # DALI batches arrive flipped and scaled already
+            if training and self.hflip:
+                images = random_hflip(images)
+            images = normalize(images)
+        return (self.augment(images) if training else images, *rest)

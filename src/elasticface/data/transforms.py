@@ -20,3 +20,86 @@ def random_hflip(images: Tensor, p: float = 0.5, generator: torch.Generator | No
     """Flip each image of the batch horizontally with probability p (one draw per image)."""
     flip = torch.rand(images.shape[0], generator=generator).lt(p).to(images.device)
     return torch.where(flip[:, None, None, None], images.flip(-1), images)
+
+
+class BatchAugment:
+    """Optional augmentations beyond the paper's flip, on the normalised batch, per image, on the device.
+
+    All default to off (the paper trains with the flip only). Each is one vectorised pass over the
+    batch, so turning them on costs the data workers nothing.
+    - `brightness`, `contrast`, `saturation`: colour-jitter strengths j; factors drawn from [1 - j, 1 + j].
+    - `grayscale_p`: probability that an image becomes grey (the three channels equal).
+    - `shift_px`: random translation by up to this many pixels, borders zero-padded (the align jitter).
+    - `erasing_p`: probability of one random rectangle (2%-20% of the area) set to 0 (random erasing).
+    """
+
+    def __init__(self, brightness: float = 0.0, contrast: float = 0.0, saturation: float = 0.0,
+                 grayscale_p: float = 0.0, shift_px: int = 0, erasing_p: float = 0.0) -> None:
+        for key, value in (("brightness", brightness), ("contrast", contrast), ("saturation", saturation)):
+            if not 0.0 <= value < 1.0:
+                raise ValueError(f"data.augment.{key}={value}: must be in [0, 1)")
+        for key, value in (("grayscale_p", grayscale_p), ("erasing_p", erasing_p)):
+            if not 0.0 <= value <= 1.0:
+                raise ValueError(f"data.augment.{key}={value}: must be a probability in [0, 1]")
+        if shift_px < 0:
+            raise ValueError(f"data.augment.shift_px={shift_px}: must be >= 0")
+        self.brightness, self.contrast, self.saturation = brightness, contrast, saturation
+        self.grayscale_p, self.shift_px, self.erasing_p = grayscale_p, shift_px, erasing_p
+
+    @property
+    def enabled(self) -> bool:
+        return any((self.brightness, self.contrast, self.saturation, self.grayscale_p, self.shift_px, self.erasing_p))
+
+    def __call__(self, images: Tensor) -> Tensor:
+        """images: float [B, 3, H, W] in [-1, 1] -> augmented, still in [-1, 1]."""
+        if not self.enabled:
+            return images
+        b, device = images.shape[0], images.device
+
+        def factor(strength: float) -> Tensor:
+            return (1.0 + strength * (2.0 * torch.rand(b, 1, 1, 1, device=device) - 1.0))
+
+        x = images
+        if self.brightness:
+            x = (x + 1.0) * factor(self.brightness) - 1.0
+        if self.contrast:
+            mean = x.mean(dim=(1, 2, 3), keepdim=True)
+            x = (x - mean) * factor(self.contrast) + mean
+        grey = (0.299 * x[:, 0:1] + 0.587 * x[:, 1:2] + 0.114 * x[:, 2:3])
+        if self.saturation:
+            x = (x - grey) * factor(self.saturation) + grey
+        if self.grayscale_p:
+            to_grey = torch.rand(b, 1, 1, 1, device=device) < self.grayscale_p
+            x = torch.where(to_grey, grey.expand_as(x), x)
+        if self.shift_px:
+            x = self._shift(x)
+        if self.erasing_p:
+            x = self._erase(x)
+        return x.clamp_(-1.0, 1.0)
+
+    def _shift(self, x: Tensor) -> Tensor:
+        b, _, h, w = x.shape
+        p = self.shift_px
+        padded = torch.nn.functional.pad(x, (p, p, p, p))
+        dy = torch.randint(0, 2 * p + 1, (b,), device=x.device)
+        dx = torch.randint(0, 2 * p + 1, (b,), device=x.device)
+        rows = (dy[:, None] + torch.arange(h, device=x.device))[:, None, :, None].expand(b, x.shape[1], h, w + 2 * p)
+        x = padded.gather(2, rows)
+        cols = (dx[:, None] + torch.arange(w, device=x.device))[:, None, None, :].expand(b, x.shape[1], h, w)
+        return x.gather(3, cols)
+
+    def _erase(self, x: Tensor) -> Tensor:
+        b, _, h, w = x.shape
+        device = x.device
+        area = torch.empty(b, device=device).uniform_(0.02, 0.2) * h * w
+        aspect = torch.exp(torch.empty(b, device=device).uniform_(-1.2, 1.2))  # log-uniform in [0.3, 3.3]
+        eh = (area * aspect).sqrt().clamp(1, h)
+        ew = (area / aspect).sqrt().clamp(1, w)
+        top = torch.rand(b, device=device) * (h - eh)
+        left = torch.rand(b, device=device) * (w - ew)
+        ys = torch.arange(h, device=device)[None, :]
+        xs = torch.arange(w, device=device)[None, :]
+        inside = ((ys >= top[:, None]) & (ys < (top + eh)[:, None]))[:, :, None] & \
+                 ((xs >= left[:, None]) & (xs < (left + ew)[:, None]))[:, None, :]
+        erase = inside & (torch.rand(b, device=device) < self.erasing_p)[:, None, None]
+        return x.masked_fill(erase[:, None], 0.0)
