@@ -5,6 +5,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
@@ -41,8 +42,18 @@ def test_top_level_keys_are_declared():
 @pytest.mark.parametrize("head", HEADS)
 def test_every_head_config_builds_its_head(head):
     cfg = compose_train([f"head={head}"])
-    module = instantiate(OmegaConf.to_container(cfg.model.head, resolve=True))
-    assert module.__class__.__name__
+    from elasticface.heads.base import MarginHead
+
+    node = OmegaConf.to_container(cfg.model.head, resolve=True)
+    module = instantiate(node)
+    assert isinstance(module, MarginHead) and node["_target_"].endswith(type(module).__name__)
+    k = module.centers_per_class
+    cos = torch.empty(4, 5 * k).uniform_(-0.9, 0.9)
+    labels = torch.tensor([0, 1, 4, 2])
+    norms = torch.full((4,), 20.0) if module.needs_norms else None
+    logits = module.train()(cos, labels, norms)
+    assert logits.shape == (4, 5) and torch.isfinite(logits).all()
+    assert module.eval()(cos).shape == (4, 5)
 
 
 @pytest.mark.parametrize("experiment", EXPERIMENTS)

@@ -1,0 +1,29 @@
+import time
+
+import torch
+
+from elasticface.callbacks.throughput import Throughput
+
+
+class FakeTrainer:
+    world_size = 2
+    global_step = 1
+
+
+def test_counts_loading_time_between_batches_and_skips_validation():
+    cb, trainer, batch = Throughput(log_every_n_steps=1000), FakeTrainer(), (torch.zeros(4, 3, 2, 2),)
+    cb.on_train_epoch_start(trainer, None)
+    for _ in range(3):
+        cb.on_train_batch_start(trainer, None, batch, 0)
+        time.sleep(0.01)  # the step
+        cb.on_train_batch_end(trainer, None, None, batch, 0)
+        time.sleep(0.02)  # loading the next batch: part of what a run sustains
+    cb.on_validation_end(trainer, None)
+    time.sleep(0.2)  # validation and the gap around it are not training time
+    cb.on_train_batch_start(trainer, None, batch, 0)
+    time.sleep(0.01)
+    cb.on_train_batch_end(trainer, None, None, batch, 0)
+    assert cb.images == 4 * 8
+    # 4 step intervals of 0.01 s plus 2 loading gaps of 0.02 s; neither the validation pause nor the last gap
+    assert 0.08 <= cb.seconds < 0.15, cb.seconds
+    assert abs(cb.images_per_second - cb.images / cb.seconds) < 1e-9
