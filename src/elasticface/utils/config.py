@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import os
 from typing import Any
 
 from hydra.core.hydra_config import HydraConfig
@@ -23,7 +24,7 @@ def short_dirname(name: str, max_length: int = 120) -> str:
 
 
 def register_resolvers() -> None:
-    for name, fn in (("wandb_offline", wandb_offline), ("short_dirname", short_dirname)):
+    for name, fn in (("wandb_offline", wandb_offline), ("short_dirname", short_dirname), ("cwd", os.getcwd)):
         if not OmegaConf.has_resolver(name):
             OmegaConf.register_new_resolver(name, fn)
 
