@@ -1,43 +1,58 @@
 # Two commands do everything on a fresh machine:
 #   make train   installs what is missing into .venv, then trains on the built-in synthetic faces
 #   make test    installs what is missing, then runs the fast test suite (what CI runs)
+# Paths are relative to this file, so `make -f /path/to/Makefile train` works from any directory
+# (outputs go under the directory you run it from).
+ROOT := $(dir $(abspath $(lastword $(MAKEFILE_LIST))))
 PYTHON ?= python3
-VENV ?= .venv
+VENV ?= $(ROOT).venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 ARGS ?=
+# `make bench SIZE=tiny`: every benchmark at a size that runs in seconds (the test suite uses it)
+SIZE ?=
+ifeq ($(SIZE),tiny)
+BENCH_HEADS := --classes 2000 --batch 64 --repeats 2 --heads elastic_arc_plus
+BENCH_DATA := --num-images 128 --repeats 1 --workers 1
+BENCH_VERIFICATION := --pairs 600 --repeats 1
+else
+BENCH_HEADS := --classes 20000
+endif
 
 .PHONY: install train test test-all test-slow bench clean help
 
 help:
-	@echo "make train [ARGS='head=elastic_arc_plus sigma=0.0175']  train on synthetic faces (CPU is fine)"
-	@echo "make test                                              fast test suite (no GPU, no network)"
-	@echo "make test-all                                          every test, slow ones included"
-	@echo "make bench                                             head, data and verification benchmarks"
+	@echo "make train                                          train on synthetic faces (CPU is fine)"
+	@echo "make train ARGS='head=elastic_arc_plus sigma=0.0175'  the same with overrides"
+	@echo "make test                                           fast test suite (no GPU, no network)"
+	@echo "make test-slow                                      the slow tests (several processes, kill and resume)"
+	@echo "make test-all                                       every test, slow ones included"
+	@echo "make bench                                          head, data and verification benchmarks"
+	@echo "make bench SIZE=tiny                                the same in seconds (a smoke test)"
 
-$(STAMP): pyproject.toml
+$(STAMP): $(ROOT)pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --disable-pip-version-check -e ".[test]"
+	$(PY) -m pip install --quiet --disable-pip-version-check -e "$(ROOT)[test]"
 	@touch $(STAMP)
 
 install: $(STAMP)
 
 train: $(STAMP)
-	WANDB_SILENT=true $(PY) train.py $(ARGS)
+	WANDB_SILENT=true $(PY) $(ROOT)train.py $(ARGS)
 
 test: $(STAMP)
-	$(PY) -m pytest -m "not slow and not gpu" -q
+	cd $(ROOT) && $(PY) -m pytest -m "not slow and not gpu" -q
 
 test-all: $(STAMP)
-	$(PY) -m pytest -q
+	cd $(ROOT) && $(PY) -m pytest -q
 
 test-slow: $(STAMP)
-	$(PY) -m pytest -m "slow" -q
+	cd $(ROOT) && $(PY) -m pytest -m "slow" -q
 
 bench: $(STAMP)
-	$(PY) benchmarks/bench_heads.py --classes 20000
-	$(PY) benchmarks/bench_data.py
-	$(PY) benchmarks/bench_verification.py
+	$(PY) $(ROOT)benchmarks/bench_heads.py $(BENCH_HEADS)
+	$(PY) $(ROOT)benchmarks/bench_data.py $(BENCH_DATA)
+	$(PY) $(ROOT)benchmarks/bench_verification.py $(BENCH_VERIFICATION)
 
 clean:
 	rm -rf logs outputs .pytest_cache

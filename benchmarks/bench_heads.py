@@ -37,7 +37,10 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from elasticface.heads import HEADS, build_head
+from elasticface.heads import build_head, head_names
+
+#: every head option that is not a sub-centre wrapper
+BASE_HEADS = [n for n in head_names() if not n.startswith("subcenter_")]
 
 ELASTIC = ("elastic_arc", "elastic_cos", "elastic_arc_plus", "elastic_cos_plus")
 
@@ -131,7 +134,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     if a.threads:
         torch.set_num_threads(a.threads)
     device = torch.device(a.device)
-    names = a.heads or sorted(HEADS) + ["subcenter_arcface"]
+    names = a.heads or BASE_HEADS + ["subcenter_arcface"]
     names = ["arcface"] + [n for n in names if n != "arcface"]
     heads = {n: build_head(n, **({"seed": 0} if "elastic" in n else {})).to(device).train() for n in names}
     inputs, labels, norms = make_inputs(a.batch, a.classes, a.dim, device, a.with_fc)

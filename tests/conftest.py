@@ -51,3 +51,44 @@ def tiny_cfg(tmp_path):
 def _single_thread_when_parallel():
     torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
     yield
+
+
+@pytest.fixture(scope="session")
+def user_files(tmp_path_factory) -> tuple[Path, Path]:
+    """The files a user brings, in their real layouts: an image folder `faces/` (one folder per identity),
+    `pairs.txt` ('path1 path2 0|1'), and under `data/`: the folder again (`my_faces`, with `pairs.txt`),
+    an insightface RecordIO set with lfw/cfp_fp/agedb_30 `.bin` files (`faces_emore`); and a trained
+    tiny `last.ckpt`. Returns (the folder holding them, the checkpoint)."""
+    import shutil
+    import subprocess
+    import sys
+
+    from PIL import Image
+
+    from elasticface.data.convert import pairs_to_bin, write_recordio
+    from elasticface.data.synthetic import SyntheticFaces
+
+    base = tmp_path_factory.mktemp("user_files")
+    faces = base / "faces"
+    dataset = SyntheticFaces(num_identities=4, images_per_identity=6, seed=0)
+    for i in range(len(dataset)):
+        image, label = dataset[i]
+        folder = faces / f"id{label}"
+        folder.mkdir(parents=True, exist_ok=True)
+        Image.fromarray(image.permute(1, 2, 0).numpy()).save(folder / f"{i}.jpg", quality=95)
+    images = sorted(p.relative_to(faces).as_posix() for p in faces.rglob("*.jpg"))
+    same = lambda a, b: int(a.split("/")[0] == b.split("/")[0])  # noqa: E731
+    lines = [f"{images[i]} {images[i + 1]} {same(images[i], images[i + 1])}" for i in range(len(images) - 1)]
+    (base / "pairs.txt").write_text("\n".join(lines) + "\n")
+    data = base / "data"
+    shutil.copytree(faces, data / "my_faces")
+    (data / "pairs.txt").write_text("\n".join(f"my_faces/{line}" for line in lines) + "\n")
+    write_recordio(str(faces), str(data / "faces_emore"))
+    for name in ("lfw", "cfp_fp", "agedb_30"):
+        pairs_to_bin(str(base / "pairs.txt"), str(faces), str(data / "faces_emore" / f"{name}.bin"))
+    out = subprocess.run([sys.executable, str(ROOT / "train.py"), "debug=tiny", "trainer.max_epochs=1"], cwd=base,
+                         capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    ckpt = next(base.glob("logs/train/runs/*/checkpoints/last.ckpt"))
+    shutil.copy(ckpt, base / "last.ckpt")
+    return base, base / "last.ckpt"

@@ -125,6 +125,19 @@ def test_find_bin_sets(tmp_path):
         find_bin_sets(str(tmp_path / "nope"), ["lfw"])
 
 
+def test_find_bin_sets_uses_the_sets_that_exist_and_says_which(tmp_path, caplog):
+    """As insightface: a folder with only lfw.bin validates on lfw; none at all, or a named missing set, fails."""
+    import logging
+
+    write_bin(str(tmp_path / "lfw.bin"), [jpeg(0), jpeg(1)], [True])
+    with caplog.at_level(logging.INFO):
+        assert list(find_bin_sets(str(tmp_path))) == ["lfw"]
+    assert "lfw" in caplog.text and str(tmp_path) in caplog.text
+    (tmp_path / "lfw.bin").unlink()
+    with pytest.raises(FileNotFoundError, match="no .bin verification sets.*data.val_sets=null"):
+        find_bin_sets(str(tmp_path))
+
+
 def test_pairs_from_list(tmp_path):
     (tmp_path / "a").mkdir()
     for i in range(3):

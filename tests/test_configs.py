@@ -61,6 +61,44 @@ def test_every_experiment_composes(experiment):
     cfg = compose_train([f"experiment={experiment}", "data.root=/data/faces"])
     assert cfg.task_name != "train"
     OmegaConf.to_container(cfg.model, resolve=True)
+    if experiment.startswith("ms1mv2_r100_"):  # the run's name is the experiment's, with its head
+        head = experiment[len("ms1mv2_r100_"):]
+        assert cfg.task_name == experiment and head in cfg.tags
+        assert cfg.model.head._target_.split(".")[-1] == ("ElasticArcFace" if "arc" in head else "ElasticCosFace")
+        assert cfg.model.head.plus == head.endswith("_plus")
+
+
+@pytest.mark.parametrize("override,message", [
+    ("optimizer.lr=abc", r"optimizer.lr='abc': expected a number"),
+    ("optimizer.momentum=fast", r"optimizer.momentum='fast': expected a number"),
+    ("optimizer.lr=0", r"optimizer.lr=0.0: must be > 0"),
+    ("scheduler.gamma=x", r"scheduler.gamma='x': expected a number"),
+    ("sigma=abc", r"sigma='abc': expected a number"),
+    ("seed=1.5", r"seed=1.5: must be an integer"),
+])
+def test_bad_numbers_fail_before_any_data_is_read_naming_the_key(override, message, tiny_cfg, monkeypatch):
+    from elasticface.data import datamodule
+    from elasticface.training import run
+
+    monkeypatch.setattr(datamodule.FaceDataModule, "setup", lambda *a, **k: pytest.fail("data was read"))
+    with pytest.raises(ValueError, match=message):
+        run(tiny_cfg(override))
+
+
+def test_callbacks_none_with_debug_default_trains(tmp_path):
+    """`debug=default callbacks=none` crashed on a half-built progress-bar node (`on_exception`)."""
+    out = subprocess.run([sys.executable, str(ROOT / "train.py"), "debug=default", "callbacks=none",
+                          "data.train_dataset.num_identities=8", "data.val_sets.num_pairs=40",
+                          "data.val_sets.num_identities=10"], cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert list(tmp_path.glob("logs/debug/runs/*/summary.json"))
+
+
+def test_a_callback_node_without_target_is_named(tiny_cfg):
+    from elasticface.training import run
+
+    with pytest.raises(ValueError, match=r"callbacks.oops=.*_target_"):
+        run(tiny_cfg("+callbacks.oops.refresh_rate=1"))
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess:

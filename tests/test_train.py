@@ -48,12 +48,14 @@ def test_resume_continues_step_count_optimizer_and_margin_rng(tiny_cfg, tmp_path
 
 
 def test_multirun_four_jobs_each_in_its_own_directory(tmp_path):
+    """As a user types it, from a fresh working directory: the sweep lands in ./logs/train/multiruns/<time>."""
     overrides = TINY + ["trainer.max_steps=2", "trainer.max_epochs=1"]
-    cmd = [sys.executable, "train.py", "-m", "head=elastic_arc,elastic_arc_plus", "sigma=0.0125,0.025",
-           f"hydra.sweep.dir={tmp_path}", *overrides]
-    out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    cmd = [sys.executable, str(ROOT / "train.py"), "-m", "head=elastic_arc,elastic_arc_plus", "sigma=0.0125,0.025",
+           *overrides]
+    out = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-3000:]
-    jobs = sorted(p for p in tmp_path.iterdir() if p.is_dir() and not p.name.startswith("."))
+    (sweep,) = (tmp_path / "logs" / "train" / "multiruns").iterdir()
+    jobs = sorted(p for p in sweep.iterdir() if p.is_dir() and not p.name.startswith("."))
     assert len(jobs) == 4, [p.name for p in jobs]
     seen = set()
     for job in jobs:
@@ -82,13 +84,15 @@ def test_all_loggers_offline_without_network(tiny_cfg, tmp_path, monkeypatch):
 @pytest.mark.slow
 def test_ddp_two_cpu_processes(tmp_path):
     """DDP on CPU (gloo): every rank evaluates its share of the pairs; the metric gathers them all."""
-    cmd = [sys.executable, "train.py", *TINY, "trainer.accelerator=cpu", "trainer.devices=2", "trainer.strategy=ddp",
-           f"hydra.run.dir={tmp_path}"]
-    out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    cmd = [sys.executable, str(ROOT / "train.py"), *TINY, "trainer.accelerator=cpu", "trainer.devices=2",
+           "trainer.strategy=ddp", "extras.print_config=true"]
+    out = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-3000:]
-    summary = json.loads((tmp_path / "summary.json").read_text())
+    (run_dir,) = (tmp_path / "logs" / "train" / "runs").iterdir()
+    summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["global_step"] > 0 and 0.0 <= summary["val/acc_mean"]["final"] <= 1.0
-    assert (tmp_path / "checkpoints" / "last.ckpt").exists()
+    assert (run_dir / "checkpoints" / "last.ckpt").exists()
+    assert out.stdout.count("task_name") == 1, "the config is printed once, by rank 0"
 
 
 def test_margin_statistics_are_written_on_every_logging_step(tiny_cfg, tmp_path):

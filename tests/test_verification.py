@@ -180,6 +180,27 @@ def test_metric_missing_images_error():
         metric.compute()
 
 
+@pytest.mark.filterwarnings("ignore:VerificationAccuracy")
+def test_partial_validation_scores_the_complete_pairs_it_has():
+    """fast_dev_run / overfit_batches / limit_val_batches: the protocol on the pairs with both images seen."""
+    emb, issame = _fused_dataset(200, seed=8)
+    metric = VerificationAccuracy(issame, allow_partial=True)
+    seen = torch.cat([torch.arange(0, 241), torch.arange(250, 380), torch.tensor([395])])  # pairs 120, 197 half
+    metric.update(emb[seen], seen)
+    out = metric.compute()
+    pairs = np.array([i for i in range(200) if 2 * i in seen and 2 * i + 1 in seen])
+    assert len(pairs) == 185
+    e = emb.double().numpy()
+    ref = reference(_ref_dist(e[2 * pairs], e[2 * pairs + 1]), issame[pairs])
+    assert out["acc"].item() == ref["acc"] and out["threshold"].item() == ref["threshold"]
+    few = VerificationAccuracy(issame, allow_partial=True)
+    few.update(emb[:12], torch.arange(12))  # 6 complete pairs < 10 folds: NaN with a warning, no crash
+    with pytest.warns(UserWarning, match="only 6 of 200 pairs complete"):
+        assert torch.isnan(few.compute()["acc"])
+    with pytest.raises(ValueError, match="ROC"):
+        few.roc_data()
+
+
 def test_metric_ddp_like_state_concatenation():
     """Two 'ranks' see interleaved shards (DistributedSampler order, padded); their gathered states
     (what dist_reduce_fx='cat' produces) give the same numbers as one process."""

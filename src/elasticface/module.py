@@ -22,6 +22,12 @@ def _plain(cfg: Any) -> Any:
     return OmegaConf.to_container(cfg, resolve=True) if isinstance(cfg, DictConfig) else cfg
 
 
+def partial_validation(trainer: pl.Trainer) -> bool:
+    """Whether the trainer embeds only part of each pair set (fast_dev_run, overfit_batches, limit_val_batches)."""
+    limit = trainer.limit_val_batches
+    return bool(trainer.fast_dev_run) or trainer.overfit_batches > 0 or isinstance(limit, int) or limit < 1.0
+
+
 class FaceRecognitionModule(pl.LightningModule):
     def __init__(
         self,
@@ -125,7 +131,7 @@ class FaceRecognitionModule(pl.LightningModule):
         datamodule = getattr(self.trainer, "datamodule", None)
         for name, pairs in (getattr(datamodule, "val_sets", None) or {}).items():
             if name not in self.val_metrics:
-                self.val_metrics[name] = VerificationAccuracy(pairs.issame)
+                self.val_metrics[name] = VerificationAccuracy(pairs.issame, allow_partial=partial_validation(self.trainer))
 
     def fused_embeddings(self, images: Tensor) -> Tensor:
         """emb(x) + emb(flip(x)): the verification protocol's flip fusion.

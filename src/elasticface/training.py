@@ -10,9 +10,11 @@ from typing import Any
 
 import pytorch_lightning as pl
 import torch
+from pytorch_lightning.callbacks import LearningRateMonitor, ProgressBar
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
+from elasticface.callbacks.progress import progress_bar
 from elasticface.callbacks.throughput import Throughput
 from elasticface.data.datamodule import FaceDataModule
 from elasticface.data.pairs import PairSet
@@ -21,6 +23,7 @@ from elasticface.eval.verification import VerificationAccuracy
 from elasticface.module import FaceRecognitionModule
 from elasticface.utils.checkpoint_io import AtomicCheckpointIO
 from elasticface.utils.config import flatten, group_choices, validate_top_level
+from elasticface.utils.console import print_config_tree, quiet_lightning_tips
 
 log = logging.getLogger(__name__)
 
@@ -36,23 +39,34 @@ def pixel_baseline(pairs: PairSet, batch_size: int = 512) -> float:
 
 
 def build_module(cfg: DictConfig, num_classes: int) -> FaceRecognitionModule:
-    model_cfg = OmegaConf.to_container(cfg.model, resolve=True)
-    return FaceRecognitionModule(
-        backbone=model_cfg["backbone"], head=model_cfg["head"], centers=model_cfg["centers"],
-        optimizer=OmegaConf.to_container(cfg.optimizer, resolve=True),
-        scheduler=OmegaConf.to_container(cfg.scheduler, resolve=True) if cfg.get("scheduler") else None,
-        num_classes=num_classes, embedding_size=model_cfg["embedding_size"],
-        clip_grad_norm=model_cfg.get("clip_grad_norm"), val_flip=model_cfg.get("val_flip", True),
-    )
+    """`model._target_` built from the config as plain containers (they become the checkpoint's hparams)."""
+    return instantiate(cfg.model, num_classes=num_classes, _recursive_=False, _convert_="all")
+
+
+def build_callbacks(cfg: DictConfig, has_logger: bool) -> list[pl.Callback]:
+    """The configured callbacks, each node checked, plus what the job itself needs (throughput, progress)."""
+    callbacks = []
+    for key, node in (cfg.get("callbacks") or {}).items():
+        if node is None:
+            continue
+        if not isinstance(node, DictConfig) or "_target_" not in node:
+            raise ValueError(f"callbacks.{key}={node!r}: expected a config with a _target_ (or null to disable it)")
+        callback = instantiate(node)
+        if isinstance(callback, LearningRateMonitor) and not has_logger:
+            log.info(f"callbacks.{key}: no logger to write learning rates to, left out")
+            continue
+        callbacks.append(callback)
+    if not any(isinstance(c, Throughput) for c in callbacks):
+        callbacks.append(Throughput())
+    if cfg.trainer.get("enable_progress_bar", True) and not any(isinstance(c, ProgressBar) for c in callbacks):
+        callbacks.append(progress_bar(log_every_n_steps=cfg.trainer.get("log_every_n_steps") or 10))
+    return callbacks
 
 
 def build_trainer(cfg: DictConfig) -> tuple[pl.Trainer, Throughput]:
-    callbacks = [instantiate(c) for c in (cfg.get("callbacks") or {}).values() if c is not None]
-    throughput = next((c for c in callbacks if isinstance(c, Throughput)), None)
-    if throughput is None:
-        throughput = Throughput()
-        callbacks.append(throughput)
     loggers = [instantiate(c) for c in (cfg.get("logger") or {}).values() if c is not None]
+    callbacks = build_callbacks(cfg, has_logger=bool(loggers) or bool(cfg.trainer.get("fast_dev_run")))
+    throughput = next(c for c in callbacks if isinstance(c, Throughput))
     trainer = instantiate(cfg.trainer, callbacks=callbacks, logger=loggers or False, plugins=[AtomicCheckpointIO()])
     return trainer, throughput
 
@@ -68,8 +82,9 @@ def hyperparameters(cfg: DictConfig) -> dict[str, Any]:
 def run(cfg: DictConfig) -> dict[str, Any]:
     """Train one model as the config says and return (and write) its summary."""
     validate_top_level(cfg)
+    quiet_lightning_tips()
     if cfg.get("extras", {}).get("print_config"):
-        print(OmegaConf.to_yaml(cfg, resolve=True))
+        print_config_tree(cfg, group_choices())
     pl.seed_everything(cfg.seed, workers=True)
     output_dir = Path(cfg.paths.output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
@@ -94,7 +109,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     summary = make_summary(cfg, trainer, model, baselines, train_seconds, throughput, params)
     if trainer.is_global_zero:
         (output_dir / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
-        print(format_summary(summary))
+        log.info(format_summary(summary))
     return summary
 
 

@@ -192,6 +192,7 @@ def write_bin(path: str, images: Sequence[bytes | np.ndarray], issame: Sequence[
             entries.append(encode_jpeg(img, quality))
         else:
             raise ValueError(f"{path}: image {i} is {type(img).__name__}; expected bytes or an HWC uint8 array")
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     tmp = f"{path}.tmp{os.getpid()}"
     with open(tmp, "wb") as f:
         pickle.dump((entries, issame), f, protocol=4)
@@ -200,7 +201,8 @@ def write_bin(path: str, images: Sequence[bytes | np.ndarray], issame: Sequence[
 
 def find_bin_sets(root: str, names: Sequence[str] | None = None, image_size: int | None = 112,
                   decoder: str = "torchvision") -> dict[str, PairSet]:
-    """`{name: PairSet}` for the `.bin` files in `root` (all of them, or exactly `names`, in that order)."""
+    """`{name: PairSet}` for the `.bin` files in `root`: exactly `names` (each must exist), or with
+    `names=None` every `.bin` there, as insightface's training uses the verification sets that exist."""
     root = str(root)
     if not os.path.isdir(root):
         raise FileNotFoundError(f"verification root {root} is not a directory; expected {root}/<name>.bin "
@@ -208,8 +210,11 @@ def find_bin_sets(root: str, names: Sequence[str] | None = None, image_size: int
     found = {os.path.splitext(f)[0]: os.path.join(root, f) for f in sorted(os.listdir(root)) if f.endswith(".bin")}
     if names is None:
         if not found:
-            _log.warning("no .bin verification sets in %s; training runs without validation", root)
+            raise FileNotFoundError(f"no .bin verification sets in {root}: expected {root}/<name>.bin (e.g. "
+                                    f"{', '.join(n + '.bin' for n in KNOWN_BIN_SETS[:3])}); set data.val_root to "
+                                    "their folder, or data.val_sets=null to train without verification")
         wanted = list(found)
+        _log.info("verification sets found in %s: %s", root, ", ".join(wanted))
     else:
         wanted = [str(n) for n in names]
         missing = [n for n in wanted if n not in found]

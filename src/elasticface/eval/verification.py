@@ -32,6 +32,7 @@ from typing import Any, Sequence
 import numpy as np
 import torch
 from torch import Tensor
+from pytorch_lightning.utilities import rank_zero_warn
 from torchmetrics import Metric
 from torchmetrics.utilities.data import dim_zero_cat
 
@@ -216,11 +217,14 @@ class VerificationAccuracy(Metric):
     higher_is_better = True
     is_differentiable = False
 
-    def __init__(self, issame: Sequence[bool] | np.ndarray | Tensor, num_folds: int = 10, far_target: float = 1e-3, **kwargs: Any) -> None:
+    def __init__(self, issame: Sequence[bool] | np.ndarray | Tensor, num_folds: int = 10, far_target: float = 1e-3,
+                 allow_partial: bool = False, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.issame = _to_numpy(issame, dtype=bool).reshape(-1)
         self.num_folds = num_folds
         self.far_target = far_target
+        # partial validation (fast_dev_run, overfit_batches, limit_val_batches) scores the complete pairs it has
+        self.allow_partial = allow_partial
         kfold_bounds(self.issame.shape[0], num_folds)  # fail early on sets smaller than num_folds
         self.add_state("embeddings", default=[], dist_reduce_fx="cat")
         self.add_state("indices", default=[], dist_reduce_fx="cat")
@@ -249,20 +253,45 @@ class VerificationAccuracy(Metric):
         n = self.num_images
         if unique.shape[0] and (unique[0] < 0 or unique[-1] >= n):
             raise ValueError(f"VerificationAccuracy: image indices must lie in [0, {n}), got min {unique[0]} max {unique[-1]}")
+        issame = self.issame
         if unique.shape[0] != n:
             missing = np.setdiff1d(np.arange(n), unique)
-            raise ValueError(
-                f"VerificationAccuracy: {missing.shape[0]} of {n} images of the pair set were never embedded "
-                f"(first missing indices {missing[:10].tolist()}); every image 0..{n - 1} must be passed to update()"
-            )
+            if not self.allow_partial:
+                raise ValueError(
+                    f"VerificationAccuracy: {missing.shape[0]} of {n} images of the pair set were never embedded "
+                    f"(first missing indices {missing[:10].tolist()}); every image 0..{n - 1} must be passed to update()"
+                )
+            return self._partial(emb[first], unique)
         emb = emb[first]  # np.unique sorts, so row i is image i
-        result = evaluate_verification(emb[0::2], emb[1::2], self.issame, self.num_folds, self.far_target)
+        self._result_cache = self._evaluate(emb, issame)
+        return self._result_cache
+
+    def _partial(self, emb: np.ndarray, unique: np.ndarray) -> dict[str, Any]:
+        """The protocol on the pairs whose two images were both embedded; NaN when fewer than num_folds."""
+        seen = np.zeros(self.num_images, dtype=bool)
+        seen[unique] = True
+        complete = seen[0::2] & seen[1::2]
+        total = int(self.issame.shape[0])
+        if int(complete.sum()) < self.num_folds:
+            rank_zero_warn(f"VerificationAccuracy: only {int(complete.sum())} of {total} pairs complete "
+                           f"(partial validation); at least {self.num_folds} are needed, reporting NaN")
+            self._result_cache = dict.fromkeys(("acc", "acc_std", "threshold", "tar", "xnorm"), float("nan"))
+            return self._result_cache
+        rank_zero_warn(f"VerificationAccuracy: partial validation scores {int(complete.sum())} of {total} pairs")
+        row = np.full(self.num_images, -1, dtype=np.int64)
+        row[unique] = np.arange(unique.shape[0])
+        pairs = np.flatnonzero(complete)
+        rows = np.stack([row[2 * pairs], row[2 * pairs + 1]], axis=1).reshape(-1)
+        self._result_cache = self._evaluate(emb[rows], self.issame[pairs])
+        return self._result_cache
+
+    def _evaluate(self, emb: np.ndarray, issame: np.ndarray) -> dict[str, Any]:
+        result = evaluate_verification(emb[0::2], emb[1::2], issame, self.num_folds, self.far_target)
         result["xnorm"] = float(np.mean(np.linalg.norm(emb, axis=1)))
         cos = 1.0 - pair_distances(emb[0::2], emb[1::2]) / 2.0
-        result["genuine"] = cos[self.issame]
-        result["impostor"] = cos[~self.issame]
-        result["roc"] = roc_curve(cos, self.issame)
-        self._result_cache = result
+        result["genuine"] = cos[issame]
+        result["impostor"] = cos[~issame]
+        result["roc"] = roc_curve(cos, issame)
         return result
 
     def compute(self) -> dict[str, Tensor]:
@@ -280,6 +309,8 @@ class VerificationAccuracy(Metric):
                 r = self._gathered()
         else:
             r = self._result_cache
+        if "roc" not in r:
+            raise ValueError("too few complete pairs in a partial validation for a ROC")
         fpr, tpr, thresholds = r["roc"]
         return {
             "fpr": fpr,

@@ -2,7 +2,8 @@
 
 Every head subclasses :class:`MarginHead` and changes only the target logit of rows with a label
 >= 0 (curriculum / mis-classified-vector / circle heads also reweight negatives), in fp32 (float64
-stays float64) even under autocast. ``build_head(name, **kwargs)`` builds one by name.
+stays float64) even under autocast. ``build_head(name, **kwargs)`` builds one by name from its
+config, ``configs/head/<name>.yaml``, the one home of every head's defaults.
 
 =================  ===============================================  ============  ========
 name               target logit                                      guard         gradient
@@ -35,8 +36,6 @@ gradients are what the ArcFace, ElasticFace, MagFace and AdaFace papers' code ba
 
 from __future__ import annotations
 
-from typing import Any
-
 from .adacos import AdaCos
 from .adaface import AdaFace
 from .base import MarginHead
@@ -50,46 +49,9 @@ from .mv_softmax import MVSoftmax
 from .softmax import NormFace, Softmax
 from .subcenter import SubCenter
 
-#: name -> (class, keyword defaults that distinguish the name from its class's own defaults)
-HEADS: dict[str, tuple[type[MarginHead], dict[str, Any]]] = {
-    "softmax": (Softmax, {}),
-    "normface": (NormFace, {}),
-    "cosface": (CosFace, {}),
-    "arcface": (ArcFace, {}),
-    "sphereface": (SphereFace, {}),
-    "combined": (CombinedMargin, {}),
-    "elastic_arc": (ElasticArcFace, {}),
-    "elastic_cos": (ElasticCosFace, {}),
-    "elastic_arc_plus": (ElasticArcFace, {"plus": True, "sigma": 0.0175}),
-    "elastic_cos_plus": (ElasticCosFace, {"plus": True, "sigma": 0.025}),
-    "adacos": (AdaCos, {}),
-    "curricularface": (CurricularFace, {}),
-    "magface": (MagFace, {}),
-    "adaface": (AdaFace, {}),
-    "li_arcface": (LiArcFace, {}),
-    "mv_softmax": (MVSoftmax, {}),
-    "circle": (Circle, {}),
-}
-
-
-def head_names() -> list[str]:
-    """Valid names for :func:`build_head`, including the ``subcenter_<name>`` forms."""
-    return sorted(HEADS) + [f"subcenter_{n}" for n in sorted(HEADS)]
-
-
-def build_head(name: str, **kwargs: Any) -> MarginHead:
-    """Build a head by name; ``subcenter_<name>`` wraps ``<name>`` with ``k`` (default 3) sub-centres."""
-    if name.startswith("subcenter_"):
-        k = kwargs.pop("k", 3)
-        return SubCenter(build_head(name[len("subcenter_") :], **kwargs), k=k)
-    if name not in HEADS:
-        raise ValueError(f"head={name!r}: unknown; valid names are {head_names()}")
-    cls, defaults = HEADS[name]
-    return cls(**{**defaults, **kwargs})
-
+from .registry import build_head, head_names
 
 __all__ = [
-    "HEADS",
     "AdaCos",
     "AdaFace",
     "ArcFace",

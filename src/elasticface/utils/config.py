@@ -4,12 +4,18 @@ from __future__ import annotations
 
 import hashlib
 import os
+from pathlib import Path
 from typing import Any
 
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
 from elasticface.utils.wandb_mode import wandb_offline
+
+
+def config_dir() -> Path:
+    """The Hydra config tree: the checkout's `configs/` (also behind an editable install)."""
+    return Path(__file__).resolve().parents[3] / "configs"
 
 
 def short_dirname(name: str, max_length: int = 120) -> str:
@@ -29,15 +35,47 @@ def register_resolvers() -> None:
             OmegaConf.register_new_resolver(name, fn)
 
 
+def _number(cfg: DictConfig, key: str) -> float | None:
+    """The value at `key` as a float, or an error that names the key and the value."""
+    value = OmegaConf.select(cfg, key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError(f"{key}={value!r}: expected a number")
+    return float(value)
+
+
+def _numbers_only(cfg: DictConfig, node: str) -> None:
+    """Every hyperparameter of a `_partial_` factory node (optimizer, scheduler) is a number, bool or list.
+
+    torch's optimizers compare their arguments with numbers deep inside the first step; checked here,
+    before any data is read, the error names the key.
+    """
+    for key, value in (OmegaConf.select(cfg, node) or {}).items():
+        if key in ("_target_", "_partial_") or value is None or isinstance(value, (bool, int, float)):
+            continue
+        items = list(value) if OmegaConf.is_list(value) else [value]
+        for item in items:
+            if isinstance(item, bool) or not isinstance(item, (int, float)):
+                raise ValueError(f"{node}.{key}={value!r}: expected a number")
+
+
 def validate_top_level(cfg: DictConfig) -> None:
     """Fail at start-up, naming the key, before any data is read or model built."""
-    s, sigma, seed = cfg.get("s"), cfg.get("sigma"), cfg.get("seed")
-    if s is not None and not float(s) > 0:
+    _number(cfg, "m")  # each head checks its own range of m
+    s, sigma = _number(cfg, "s"), _number(cfg, "sigma")
+    if s is not None and not s > 0:
         raise ValueError(f"s={s}: the scale must be > 0")
-    if sigma is not None and float(sigma) < 0:
+    if sigma is not None and sigma < 0:
         raise ValueError(f"sigma={sigma}: the margin standard deviation must be >= 0")
-    if seed is None or int(seed) < 0:
-        raise ValueError(f"seed={seed}: must be an integer >= 0")
+    seed = cfg.get("seed")
+    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+        raise ValueError(f"seed={seed!r}: must be an integer >= 0")
+    for node in ("optimizer", "scheduler"):
+        _numbers_only(cfg, node)
+    lr = _number(cfg, "optimizer.lr")
+    if lr is not None and not lr > 0:
+        raise ValueError(f"optimizer.lr={lr}: must be > 0")
 
 
 def group_choices() -> dict[str, str]:

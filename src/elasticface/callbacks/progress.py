@@ -1,0 +1,65 @@
+"""Progress: Lightning's bar on a terminal, a plain log line every N steps anywhere else.
+
+A progress bar written to a file (SLURM logs, `make train > log`, CI) is a stream of carriage returns
+and escape codes; a line per N steps is what a cluster log should hold.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from typing import Any
+
+import pytorch_lightning as pl
+from pytorch_lightning.callbacks import ProgressBar, TQDMProgressBar
+
+log = logging.getLogger(__name__)
+
+
+class LogProgress(ProgressBar):
+    """One log line every `every_n_steps` training steps and one per validation."""
+
+    def __init__(self, every_n_steps: int = 10) -> None:
+        super().__init__()
+        if every_n_steps < 1:
+            raise ValueError(f"every_n_steps={every_n_steps}: must be >= 1")
+        self.every_n_steps = every_n_steps
+        self._enabled = True
+        self._total: int | None = None
+
+    def disable(self) -> None:
+        self._enabled = False
+
+    def enable(self) -> None:
+        self._enabled = True
+
+    def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        total = trainer.estimated_stepping_batches
+        self._total = int(total) if total != float("inf") else None
+
+    def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any,
+                           batch_idx: int) -> None:
+        step = trainer.global_step
+        if not self._enabled or not trainer.is_global_zero or step % self.every_n_steps:
+            return
+        total = f"/{self._total}" if self._total else ""
+        epochs = f"/{trainer.max_epochs}" if trainer.max_epochs and trainer.max_epochs > 0 else ""
+        log.info(f"epoch {trainer.current_epoch + 1}{epochs}  step {step}{total}  {self._format(trainer, 'train/')}")
+
+    def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if self._enabled and trainer.is_global_zero and not trainer.sanity_checking:
+            log.info(f"validation at step {trainer.global_step}  {self._format(trainer, 'val/')}")
+
+    @staticmethod
+    def _format(trainer: pl.Trainer, prefix: str) -> str:
+        """Scalar metrics under `prefix`; of validation only the accuracies (the rest is in the loggers)."""
+        metrics = {k: v for k, v in trainer.callback_metrics.items() if k.startswith(prefix) and v.numel() == 1
+                   and (prefix != "val/" or k.endswith("/acc") or "acc_mean" in k)}
+        return "  ".join(f"{k[len(prefix):]} {float(v):.4g}" for k, v in sorted(metrics.items()))
+
+
+def progress_bar(refresh_rate: int = 10, log_every_n_steps: int = 10) -> ProgressBar:
+    """TQDM's bar when stdout is a terminal, else a `LogProgress` line every `log_every_n_steps` steps."""
+    if sys.stdout.isatty():
+        return TQDMProgressBar(refresh_rate=refresh_rate)
+    return LogProgress(every_n_steps=log_every_n_steps)
