@@ -15,9 +15,10 @@ help:
 	@echo "make test-all                                          every test, slow ones included"
 	@echo "make bench                                             head, data and verification benchmarks"
 
-$(STAMP): pyproject.toml
+# constraints.txt pins the versions tested together; pyproject.toml only states ranges
+$(STAMP): pyproject.toml constraints.txt
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --disable-pip-version-check -e ".[test]"
+	$(PY) -m pip install --quiet --disable-pip-version-check -c constraints.txt -e ".[test]"
 	@touch $(STAMP)
 
 install: $(STAMP)
