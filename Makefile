@@ -30,9 +30,10 @@ help:
 	@echo "make bench                                          head, data and verification benchmarks"
 	@echo "make bench SIZE=tiny                                the same in seconds (a smoke test)"
 
-$(STAMP): $(ROOT)pyproject.toml
+# constraints.txt pins the versions tested together; pyproject.toml only states ranges
+$(STAMP): $(ROOT)pyproject.toml $(ROOT)constraints.txt
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --disable-pip-version-check -e "$(ROOT)[test]"
+	$(PY) -m pip install --quiet --disable-pip-version-check -c $(ROOT)constraints.txt -e "$(ROOT)[test]"
 	@touch $(STAMP)
 
 install: $(STAMP)

@@ -1,24 +1,14 @@
-"""Evaluate a checkpoint or exported model: `python eval.py ckpt_path=... data.val_root=/data/faces_emore`."""
+"""Evaluate a checkpoint or exported model: `python eval.py ckpt_path=... data.val_root=/data/faces_emore`.
+
+A thin wrapper: the job is `elasticface.cli.eval.main`, also installed as the `elasticface-eval` command.
+"""
 
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "src"))  # works before `pip install -e .` too
 
-import hydra  # noqa: E402
-from omegaconf import DictConfig  # noqa: E402
-
-from elasticface.utils.config import register_resolvers  # noqa: E402
-
-register_resolvers()
-
-
-@hydra.main(version_base="1.3", config_path="configs", config_name="eval")
-def main(cfg: DictConfig) -> None:
-    from elasticface.eval.run import run
-
-    run(cfg)
-
+from elasticface.cli.eval import main  # noqa: E402
 
 if __name__ == "__main__":
     main()

@@ -14,7 +14,7 @@ def test_log_of_a_run_is_plain_and_complete(tmp_path):
     assert "💡" not in text and "Tip:" not in text, "no Lightning advertising tips"
     assert "\r" not in text and "\x1b[" not in text, "no progress-bar carriage returns or escape codes in a file"
     assert out.stdout.count("task_name") == 1, "the config tree is printed once"
-    assert "head (elastic_arc)" in out.stdout, "the tree names each group's chosen option"
+    assert "head=elastic_arc " in out.stdout and "data (synthetic)" in out.stdout, "the tree names the chosen options"
     progress = [line for line in text.splitlines() if "step " in line and "loss " in line]
     assert len(progress) == 6 and "step 6/6" in progress[-1], "a plain line per logging step (every step in debug=tiny)"
     assert sum("validation at step" in line for line in text.splitlines()) == 2

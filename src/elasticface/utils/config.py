@@ -13,9 +13,23 @@ from omegaconf import DictConfig, OmegaConf
 from elasticface.utils.wandb_mode import wandb_offline
 
 
-def config_dir() -> Path:
-    """The Hydra config tree: the checkout's `configs/` (also behind an editable install)."""
-    return Path(__file__).resolve().parents[3] / "configs"
+PACKAGE_DIR = Path(__file__).resolve().parents[1]
+
+
+def config_dir(package_dir: Path = PACKAGE_DIR) -> Path:
+    """The Hydra config tree: `<package>/configs` in an installed wheel, else `<checkout>/configs` for
+    `src/<package>` (an editable install, or train.py putting src/ on sys.path)."""
+    packaged = package_dir / "configs"
+    candidates = [packaged]
+    if package_dir.parent.name == "src":
+        candidates.append(package_dir.parent.parent / "configs")
+    for candidate in candidates:
+        if (candidate / "train.yaml").is_file():
+            return candidate
+    raise FileNotFoundError(
+        "no Hydra config tree (train.yaml) for the elasticface package at " + " or ".join(map(str, candidates))
+        + ": reinstall the package (its wheel ships elasticface/configs) or run from a checkout that has configs/"
+    )
 
 
 def short_dirname(name: str, max_length: int = 120) -> str:

@@ -25,6 +25,8 @@ def print_config_tree(cfg: DictConfig, choices: dict[str, str] | None = None) ->
     choices = choices or {}
     container = OmegaConf.to_container(cfg, resolve=True)
     tree = Tree("config", guide_style="dim")
+    if choices:  # head and backbone configs are global packages: only here is the option's name visible
+        tree.add("[bold]choices[/bold]: " + "  ".join(f"{k}={v}" for k, v in sorted(choices.items())))
     keys = [k for k in _FIRST if k in container] + [k for k in container if k not in _FIRST]
     for key in keys:
         _add(tree, key, container[key], choices.get(key))

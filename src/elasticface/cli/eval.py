@@ -1,0 +1,24 @@
+"""`elasticface-eval ckpt_path=last.ckpt data.val_root=/data/faces_emore`: evaluate a checkpoint or an export.
+
+The same job as `python eval.py` in a checkout and `python -m elasticface.cli.eval`.
+"""
+
+from __future__ import annotations
+
+import hydra
+from omegaconf import DictConfig
+
+from elasticface.utils.config import config_dir, register_resolvers
+
+register_resolvers()  # before Hydra composes: the configs use ${cwd:}
+
+
+@hydra.main(version_base="1.3", config_path=str(config_dir()), config_name="eval")
+def main(cfg: DictConfig) -> None:
+    from elasticface.eval.run import run  # here, so that --help and --cfg job answer without importing torch
+
+    run(cfg)
+
+
+if __name__ == "__main__":
+    main()

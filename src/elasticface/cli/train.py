@@ -1,0 +1,26 @@
+"""`elasticface-train head=elastic_arc_plus sigma=0.0175`: train a face recognition model.
+
+The same job as `python train.py` in a checkout and `python -m elasticface.cli.train`; the Hydra job is
+named after this module ("train"), so its log file is `train.log` whichever way it was started.
+"""
+
+from __future__ import annotations
+
+import hydra
+from omegaconf import DictConfig
+
+from elasticface.utils.config import config_dir, register_resolvers
+
+register_resolvers()  # before Hydra composes: the configs use ${cwd:}, ${short_dirname:...}, ${wandb_offline:}
+
+
+@hydra.main(version_base="1.3", config_path=str(config_dir()), config_name="train")
+def main(cfg: DictConfig) -> float | None:
+    from elasticface.training import run  # here, so that --help and --cfg job answer without importing torch
+
+    summary = run(cfg)
+    return summary["val/acc_mean"]["best"]  # the value an hparams_search sweeper maximises
+
+
+if __name__ == "__main__":
+    main()
