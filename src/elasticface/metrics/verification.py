@@ -20,10 +20,10 @@ insightface's `eval/verification.py` exactly (see REFERENCE.md):
 
   FAR repeats values (it is 0 for every small threshold), which current SciPy refuses ("Expect x to not
   have duplicates"; 1.9.3 already does). `far_threshold` returns, to the last bit, what the SciPy
-  insightface was written against returns (checked against SciPy 1.6.1's interp1d on 21,000 cases). This is the line
-  segment `numpy.interp` picks, with SciPy's rounding, and one real difference: a target equal to the
-  largest FAR, first reached before the last threshold, gives threshold 0 (a degenerate last B-spline
-  interval), where `numpy.interp` gives the last threshold.
+  insightface was written against returns (checked against SciPy 1.6.1's interp1d on 21,000 cases).
+  That is the line segment `numpy.interp` picks, with SciPy's rounding, and one real difference: a
+  target equal to the largest FAR, first reached before the last threshold, gives threshold 0 (a
+  degenerate last B-spline interval), where `numpy.interp` gives the last threshold.
 
 Instead of looping over 400 (or 4,000) thresholds per fold, counts of genuine and impostor pairs below
 every threshold come from `searchsorted` on the sorted distances, so a 6,000-pair set takes milliseconds.
