@@ -11,9 +11,10 @@ from PIL import Image
 from torch import nn
 
 from elasticface.data.pairs import TensorPairSet
-from elasticface.eval.embed import embed_dataset, evaluate_pair_set, main, to_float
+from elasticface.data.transforms import normalize
+from elasticface.eval.embed import embed_dataset, evaluate_pair_set, main
 from elasticface.eval.export import export_torchscript
-from elasticface.eval.verification import evaluate_verification
+from elasticface.metrics.verification import evaluate_verification, flip_fused_embeddings
 
 
 class PoolEmbedder(nn.Module):
@@ -32,11 +33,6 @@ def _faces(n, seed=0):
     return torch.randint(0, 256, (n, 3, 112, 112), dtype=torch.uint8, generator=g)
 
 
-def test_to_float_matches_training_normalisation():
-    x = torch.tensor([[[[0, 255, 128]]]], dtype=torch.uint8).expand(1, 3, 1, 3)
-    torch.testing.assert_close(to_float(x), (x.float() / 255 - 0.5) / 0.5)
-
-
 def test_embed_dataset_flip_fusion_and_order():
     model = PoolEmbedder()
     images = _faces(10)
@@ -45,10 +41,14 @@ def test_embed_dataset_flip_fusion_and_order():
     emb, idx = embed_dataset(model, pairs, batch_size=4, flip=True, device="cpu")
     assert model.training  # restored
     assert idx.tolist() == list(range(10))
-    x = to_float(images)
+    x = (images.float() / 255 - 0.5) / 0.5
     with torch.no_grad():
         want = model.eval()(x) + model(x.flip(-1))
+        # the same function as training validation, to the bit; one pass over [x, flip(x)] is the same sum
+        assert torch.equal(emb, flip_fused_embeddings(model, normalize(images)))
+        both = model(torch.cat([x, x.flip(-1)]))
     torch.testing.assert_close(emb, want, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(emb, both[:10] + both[10:], rtol=1e-5, atol=1e-5)
     emb_noflip, _ = embed_dataset(model, pairs, batch_size=3, flip=False, device="cpu")
     torch.testing.assert_close(emb_noflip, model(x).detach(), rtol=1e-5, atol=1e-5)
 
@@ -97,7 +97,7 @@ def test_embed_folder_cli(tmp_path):
     # row i is the (flip-fused, normalised) embedding of paths[i]
     img = torch.from_numpy(np.array(Image.open(images / paths[3]))).permute(2, 0, 1)[None]
     with torch.no_grad():
-        x = to_float(img)
+        x = (img.float() / 255 - 0.5) / 0.5
         want = torch.nn.functional.normalize(model(x) + model(x.flip(-1)), dim=1)[0].numpy()
     np.testing.assert_allclose(emb[3], want, atol=1e-5)
     # Hydra-style arguments, no flip, raw embeddings

@@ -130,6 +130,30 @@ def _tiny_checkpoint(path):
     return module
 
 
+def test_training_validation_and_eval_embed_faces_identically(eval_data):
+    """One flip fusion: the LightningModule's validation_step feeds the metric exactly what eval.py embeds."""
+    from conftest import compose_train
+
+    from torch.utils.data import Subset
+
+    from elasticface.data.pairs import find_bin_sets
+    from elasticface.data.transforms import normalize
+    from elasticface.eval.embed import embed_dataset
+    from elasticface.metrics.verification import VerificationAccuracy
+    from elasticface.training import build_module
+
+    module = build_module(compose_train(["model.embedding_size=32"]), num_classes=8).eval()
+    pairs = find_bin_sets(str(eval_data / "bins"), ["lfw"])["lfw"]
+    first = Subset(pairs, range(6))  # the first 3 pairs
+    images = torch.stack([image for image, _ in first])
+    module.val_metrics["lfw"] = VerificationAccuracy(pairs.issame)
+    with torch.no_grad():
+        module.validation_step((normalize(images), torch.arange(6)), 0)
+    emb, idx = embed_dataset(module, first, batch_size=6, device="cpu")
+    assert idx.tolist() == list(range(6))
+    assert torch.equal(module.val_metrics["lfw"].embeddings[0], emb)
+
+
 def test_eval_and_export_from_checkpoint(eval_data, tmp_path):
     pytest.importorskip("elasticface.training")
     from elasticface.eval.export import main as export_main

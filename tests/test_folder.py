@@ -11,7 +11,7 @@ import torch
 from PIL import Image
 
 from elasticface.data.decode import CorruptImageError, DecodeStats, decode_image
-from elasticface.data.folder import ImageFolderFaces, folder_val_sets
+from elasticface.data.folder import ImageFiles, ImageFolderFaces, folder_val_sets, list_images
 
 
 def save(path, arr: np.ndarray, fmt: str = "JPEG") -> None:
@@ -100,3 +100,23 @@ def test_folder_val_sets(faces, tmp_path):
     assert ps.num_pairs == 2 and ps.issame.tolist() == [True, False] and len(ps) == 4
     img, i = ps[3]
     assert i == 3 and img.shape == (3, 112, 112)
+
+
+def test_image_files_see_the_files_training_sees(faces):
+    """One list of image extensions: what `eval.embed` embeds is what a folder dataset trains on."""
+    save(str(faces / "bob" / "3.tif"), smooth(5), "TIFF")
+    paths = list_images(str(faces))
+    assert paths == sorted(os.path.relpath(p, faces) for p in ImageFolderFaces(str(faces)).paths)
+    assert "bob/3.tif" in paths and "carol/notes.txt" not in paths
+    aligned = ImageFiles(str(faces), [p for p in paths if not p.startswith("carol")])
+    for i in range(len(aligned)):
+        img, index = aligned[i]
+        assert index == i and img.dtype == torch.uint8 and img.shape == (3, 112, 112)
+    grey = aligned[paths.index("alice/a.jpg")][0]
+    assert torch.equal(grey[0], grey[1])  # grey became RGB
+    with pytest.raises(ValueError, match=r"carol/c.jpg: image is 100x120; expected aligned 112x112"):
+        ImageFiles(str(faces), ["carol/c.jpg"])[0]
+    assert ImageFiles(str(faces), ["carol/c.jpg"], resize=True)[0][0].shape == (3, 112, 112)
+    (faces / "broken.jpg").write_bytes(b"\xff\xd8 not a jpeg")
+    with pytest.raises(CorruptImageError, match="broken.jpg"):
+        ImageFiles(str(faces), ["broken.jpg"])[0]

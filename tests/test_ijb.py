@@ -1,4 +1,5 @@
-"""IJB-B/C: alignment (Umeyama + PIL warp), template aggregation and TAR@FAR on a tiny synthetic set."""
+"""IJB-B/C: alignment (Umeyama + PIL warp), template aggregation, and the TAR@FAR table against
+insightface's `eval_ijbc.py` rule written out here with sklearn."""
 
 from __future__ import annotations
 
@@ -12,14 +13,15 @@ from PIL import Image
 from torch import nn
 
 from elasticface.eval.ijb import (
+    DEFAULT_FARS,
     align_face,
     arcface_template,
     evaluate_ijb,
     load_ijb_meta,
-    tar_at_fars,
     umeyama,
     warp_affine,
 )
+from elasticface.metrics.roc import roc_curve, tar_at_far, tar_at_fars
 
 
 def _similarity(scale, angle, tx, ty):
@@ -100,29 +102,58 @@ def test_alignment_puts_landmarks_on_the_template():
     assert np.abs(got - ref).max() <= 2.0
 
 
-def _sk_nearest_tar(scores, labels, fars):
+def insightface_tar_row(scores, labels, fars):
+    """eval_ijbc.py's table row: sklearn's ROC with its defaults, arrays flipped, then for every FAR the
+    first (distance, index) minimum, i.e. the nearest FPR and, among equally near points, the highest TPR."""
     from sklearn.metrics import roc_curve as sk_roc
 
-    fpr, tpr, _ = sk_roc(labels, scores, drop_intermediate=False)
-    out = []
+    fpr, tpr, _ = sk_roc(labels, scores)
+    fpr, tpr = fpr[::-1], tpr[::-1]
+    row = []
     for far in fars:
-        best, best_i = None, None
-        for i, f in enumerate(fpr):
-            d = abs(f - far)
-            if best is None or d < best:
-                best, best_i = d, i
-        out.append(tpr[best_i])
-    return out
+        _, i = min(zip(np.abs(fpr - far), range(len(fpr))))
+        row.append(float(tpr[i]))
+    return row
 
 
-def test_tar_at_fars_matches_straightforward():
-    rng = np.random.default_rng(0)
-    labels = rng.random(20000) < 0.1
-    scores = np.round(rng.normal(size=20000) + 2.5 * labels, 2)
-    fars = (1e-4, 1e-3, 1e-2, 1e-1)
-    got = tar_at_fars(scores, labels, fars)
-    assert list(got) == ["tar_at_far_1e-4", "tar_at_far_1e-3", "tar_at_far_1e-2", "tar_at_far_1e-1"]
-    assert list(got.values()) == _sk_nearest_tar(scores, labels, fars)
+def _scores(num_impostors, num_genuine, decimals, seed):
+    """Cosine-like scores: few genuine pairs, many impostors, heavy ties when rounded."""
+    rng = np.random.default_rng(seed)
+    labels = np.zeros(num_impostors + num_genuine, dtype=bool)
+    labels[rng.choice(labels.size, num_genuine, replace=False)] = True
+    scores = np.where(labels, rng.normal(0.55, 0.15, labels.size), rng.normal(0.0, 0.1, labels.size))
+    return (np.round(scores, decimals) if decimals is not None else scores), labels
+
+
+@pytest.mark.parametrize("num_impostors,num_genuine,decimals,seed", [
+    (1_500_000, 2_000, 3, 0),  # smallest non-zero FPR < 1e-6, thousands of tied scores
+    (300_000, 500, 4, 1),      # FAR 1e-6 lies below the smallest non-zero FPR (3.3e-6)
+    (20_000, 60, None, 2),     # no ties at all
+    (5_000, 300, 2, 3),        # coarse scores: long vertical and diagonal runs of ROC points
+])
+def test_tar_table_equals_insightface(num_impostors, num_genuine, decimals, seed):
+    scores, labels = _scores(num_impostors, num_genuine, decimals, seed)
+    fpr, tpr, _ = roc_curve(scores, labels)
+    got = tar_at_fars(fpr, tpr, DEFAULT_FARS)
+    assert list(got) == ["tar_at_far_1e-6", "tar_at_far_1e-5", "tar_at_far_1e-4", "tar_at_far_1e-3",
+                         "tar_at_far_1e-2", "tar_at_far_1e-1"]
+    assert list(got.values()) == insightface_tar_row(scores, labels, DEFAULT_FARS)
+
+
+def test_the_rules_that_insightface_does_not_use_give_other_numbers():
+    """The table test above can fail: keeping every ROC point, or taking the lowest TPR among equally
+    near points (which reads 0 below the smallest non-zero FPR), changes cells."""
+    # ties of one genuine and one impostor make evenly spaced diagonal runs that drop_intermediate removes
+    scores = np.r_[np.repeat(np.arange(10.0, 0.0, -1.0), 2), np.full(5, 20.0), -np.arange(1.0, 1001.0)]
+    labels = np.r_[np.tile([True, False], 10), np.ones(5, bool), np.zeros(1000, bool)]
+    fars = (1e-4, 5e-3, 7e-3)
+    want = insightface_tar_row(scores, labels, fars)
+    fpr, tpr, _ = roc_curve(scores, labels)
+    assert list(tar_at_fars(fpr, tpr, fars).values()) == want
+    full_fpr, full_tpr, _ = roc_curve(scores, labels, drop_intermediate=False)
+    assert [tar_at_far(full_fpr, full_tpr, f) for f in fars] != want
+    lowest = [float(tpr[np.argmin(np.abs(fpr - f))]) for f in fars]
+    assert lowest[0] == 0.0 < want[0] and lowest != want
 
 
 # -- a synthetic IJB-like directory -----------------------------------------------------------------------
@@ -211,7 +242,7 @@ def test_evaluate_ijb_on_synthetic_directory(tmp_path):
     ref_scores, ref_labels = _reference_ijb(base, "IJBC", model)
     np.testing.assert_allclose(result["scores"], ref_scores, atol=1e-5)
     np.testing.assert_array_equal(result["labels"], ref_labels)
-    assert list(result["tar"].values()) == _sk_nearest_tar(ref_scores, ref_labels, fars)
+    assert list(result["tar"].values()) == insightface_tar_row(result["scores"], ref_labels, fars)
     assert result["num_templates"] == 8 and result["num_pairs"] == 28
     # the coloured identities are separable: genuine pairs score higher than impostors on average
     assert result["scores"][ref_labels].mean() > result["scores"][~ref_labels].mean()

@@ -1,19 +1,21 @@
-"""The vectorised verification protocol against a plain-loop implementation written here (bit for bit)."""
+"""The vectorised verification protocol against a plain-loop implementation of insightface's
+`calculate_roc` / `calculate_val` written here (bit for bit)."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 import torch
+from scipy.interpolate import BSpline, interp1d
 from sklearn.model_selection import KFold
 from sklearn.preprocessing import normalize
 
-from elasticface.eval.verification import (
+from elasticface.metrics.roc import far_key, roc_curve
+from elasticface.metrics.verification import (
     VerificationAccuracy,
     evaluate_verification,
-    far_key,
+    far_threshold,
     kfold_bounds,
-    roc_curve,
     verification_scores,
 )
 
@@ -35,6 +37,16 @@ def _val_far(threshold, dist, issame):
     return float(ta) / float(np.sum(issame)), float(fa) / float(np.sum(np.logical_not(issame)))
 
 
+def slinear(x, y, x_new):
+    """`interp1d(x, y, kind="slinear")(x_new)` as SciPy evaluated it before it refused repeated x
+    (current SciPy does): interp1d built `BSpline(t=[x[0], *x, x[-1]], c=y, k=1)` and evaluated it."""
+    order = np.argsort(x, kind="mergesort")
+    x, y = np.asarray(x)[order], np.asarray(y)[order]
+    if not x[0] <= x_new <= x[-1]:
+        raise ValueError("A value in x_new is out of the interpolation range.")
+    return float(BSpline(np.r_[x[0], x, x[-1]], y, 1)(x_new))
+
+
 def reference(dist, issame, num_folds=10, far_target=1e-3):
     thresholds = np.arange(0, 4, 0.01)
     val_thresholds = np.arange(0, 4, 0.001)
@@ -46,7 +58,7 @@ def reference(dist, issame, num_folds=10, far_target=1e-3):
         best.append(thresholds[b])
         acc.append(_acc(thresholds[b], dist[test], issame[test]))
         far_train = np.array([_val_far(t, dist[train], issame[train])[1] for t in val_thresholds])
-        thr = np.interp(far_target, far_train, val_thresholds) if far_train.max() >= far_target else 0.0
+        thr = slinear(far_train, val_thresholds, far_target) if far_train.max() >= far_target else 0.0
         tar.append(_val_far(thr, dist[test], issame[test])[0])
     acc = np.array(acc)
     return {"acc": np.mean(acc), "acc_std": np.std(acc), "threshold": np.mean(best), "tar": np.mean(tar), "accuracies": acc}
@@ -120,17 +132,86 @@ def test_far_target_unreachable_gives_zero_threshold():
     assert got["tar"] == 0.0 and np.all(got["val_thresholds"] == 0.0)
 
 
-def test_roc_curve_matches_sklearn():
+def test_slinear_oracle_is_interp1d_where_scipy_still_accepts_the_input():
+    rng = np.random.default_rng(11)
+    x = np.sort(rng.random(50))
+    y = np.cumsum(rng.random(50))
+    for t in np.r_[x[0], x[17], x[-1], rng.uniform(x[0], x[-1], 20)]:
+        assert slinear(x, y, t) == float(interp1d(x, y, kind="slinear")(t))
+
+
+def _far_curve(rng, n_imp, thresholds, decimals):
+    """FAR(threshold) of `n_imp` impostor distances, ties on the grid when `decimals` is 3."""
+    d = rng.uniform(0, rng.choice([0.05, 1.0, 4.0]), n_imp)
+    d = np.round(d, decimals) if decimals is not None else d
+    return np.array([np.sum(d < t) / n_imp for t in thresholds])
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_far_threshold_equals_insightface_interp1d_bit_for_bit(seed):
+    rng = np.random.default_rng(seed)
+    thresholds = np.arange(0, 4, 0.001)
+    for trial in range(12):
+        far = _far_curve(rng, int(rng.integers(5, 3000)), thresholds, 3 if trial % 2 else None)
+        for target in (1e-6, 1e-3, 0.1, far[rng.integers(0, 4000)], far.max(), 0.5):
+            want = slinear(far, thresholds, target) if far.max() >= target else 0.0
+            assert far_threshold(far, thresholds, target) == want, (trial, target)
+
+
+def reference_tars(dist, issame, far_targets, num_folds=10):
+    """calculate_val's fold-mean TAR for several targets: FAR of every threshold counted by brute force."""
+    val_thresholds = np.arange(0, 4, 0.001)
+    tars = {t: [] for t in far_targets}
+    for train, test in KFold(n_splits=num_folds, shuffle=False).split(np.arange(len(issame))):
+        imp = dist[train][~issame[train]]
+        far_train = (imp[None, :] < val_thresholds[:, None]).sum(1) / imp.size
+        for t in far_targets:
+            thr = slinear(far_train, val_thresholds, t) if far_train.max() >= t else 0.0
+            tars[t].append(_val_far(thr, dist[test], issame[test])[0])
+    return {t: np.mean(v) for t, v in tars.items()}
+
+
+def test_tar_at_far_with_ties_many_impostors_and_few_genuine_pairs():
+    """What training logs as val/<set>/tar_at_far_*: equal to calculate_val at FAR 1e-6 ... 1e-1."""
+    rng = np.random.default_rng(12)
+    num_pairs = 4000
+    issame = rng.random(num_pairs) < 0.04
+    # distances on the 0.001 grid (ties with each other and with the thresholds), genuine ones lower
+    dist = np.round(np.clip(np.where(issame, rng.normal(1.0, 0.3, num_pairs), rng.normal(1.9, 0.25, num_pairs)), 0, 3.9), 3)
+    targets = (1e-6, 1e-5, 1e-4, 1e-3, 1e-2, 1e-1)
+    want = reference_tars(dist, issame, targets)
+    got = {t: verification_scores(dist, issame, far_target=t)["tar"] for t in targets}
+    assert got == want
+    assert 0 < got[1e-6] < got[1e-1] < 1
+
+
+def test_target_equal_to_the_largest_far_gives_threshold_zero_as_insightface():
+    """The one place where numpy.interp (the last threshold) and interp1d (0) really differ."""
+    issame = np.tile([True, False, True, False], 50)
+    # per 20-pair fold 10 impostors: half at 0.5, half beyond the last threshold 3.999, so the training
+    # FAR stops at exactly 0.5 long before the last threshold
+    dist = np.full(issame.size, 0.2)
+    dist[~issame] = np.tile([0.5, 3.9995], 50)
+    got = verification_scores(dist, issame, far_target=0.5)
+    assert np.all(got["val_thresholds"] == 0.0) and got["tar"] == 0.0
+    assert got["tar"] == reference_tars(dist, issame, [0.5])[0.5]
+    # with numpy.interp the threshold would have been the last one and every genuine pair accepted
+    far = np.array([np.mean(dist[:180][~issame[:180]] < t) for t in np.arange(0, 4, 0.001)])
+    assert far.max() == 0.5 and np.interp(0.5, far, np.arange(0, 4, 0.001)) == 3.999
+
+
+@pytest.mark.parametrize("drop_intermediate", [True, False])
+def test_roc_curve_matches_sklearn(drop_intermediate):
     from sklearn.metrics import roc_curve as sk_roc
 
     rng = np.random.default_rng(5)
     labels = rng.random(400) < 0.3
     scores = np.round(rng.normal(size=400) + labels, 1)  # many ties
-    fpr, tpr, thr = roc_curve(scores, labels)
-    sfpr, stpr, sthr = sk_roc(labels, scores, drop_intermediate=False)
-    np.testing.assert_allclose(fpr, sfpr)
-    np.testing.assert_allclose(tpr, stpr)
-    np.testing.assert_array_equal(thr[1:], sthr[1:])
+    fpr, tpr, thr = roc_curve(scores, labels, drop_intermediate=drop_intermediate)
+    sfpr, stpr, sthr = sk_roc(labels, scores, drop_intermediate=drop_intermediate)
+    np.testing.assert_array_equal(fpr, sfpr)
+    np.testing.assert_array_equal(tpr, stpr)
+    np.testing.assert_array_equal(thr, sthr)
 
 
 def test_far_key():
@@ -316,7 +397,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
-from elasticface.eval.verification import VerificationAccuracy
+from elasticface.metrics.verification import VerificationAccuracy
 
 def worker(rank, world, port, out):
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))

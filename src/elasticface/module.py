@@ -15,7 +15,7 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 from torch import Tensor, nn
 
-from elasticface.eval.verification import VerificationAccuracy
+from elasticface.metrics.verification import VerificationAccuracy, flip_fused_embeddings
 
 
 def _plain(cfg: Any) -> Any:
@@ -133,21 +133,10 @@ class FaceRecognitionModule(pl.LightningModule):
             if name not in self.val_metrics:
                 self.val_metrics[name] = VerificationAccuracy(pairs.issame, allow_partial=partial_validation(self.trainer))
 
-    def fused_embeddings(self, images: Tensor) -> Tensor:
-        """emb(x) + emb(flip(x)): the verification protocol's flip fusion.
-
-        Two passes, not one over the concatenated batch: the same result in eval mode, and on a CPU
-        measured 2.2x faster (323 vs 149 fused images/s, iresnet_tiny, batch 64).
-        """
-        embeddings = self.embed(images).float()
-        if self.hparams.val_flip:
-            embeddings = embeddings + self.embed(images.flip(-1)).float()
-        return embeddings
-
     def validation_step(self, batch: tuple[Tensor, Tensor], batch_idx: int, dataloader_idx: int = 0) -> None:
         images, indices = batch
         name = list(self.val_metrics.keys())[dataloader_idx]
-        self.val_metrics[name].update(self.fused_embeddings(images), indices)
+        self.val_metrics[name].update(flip_fused_embeddings(self.embed, images, self.hparams.val_flip), indices)
 
     def on_validation_epoch_end(self) -> None:
         if not len(self.val_metrics):

@@ -19,7 +19,7 @@ from elasticface.callbacks.throughput import Throughput
 from elasticface.data.datamodule import FaceDataModule
 from elasticface.data.pairs import PairSet
 from elasticface.data.transforms import normalize
-from elasticface.eval.verification import VerificationAccuracy
+from elasticface.metrics.verification import VerificationAccuracy
 from elasticface.module import FaceRecognitionModule
 from elasticface.utils.checkpoint_io import AtomicCheckpointIO
 from elasticface.utils.config import flatten, group_choices, validate_top_level

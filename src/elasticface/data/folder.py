@@ -1,4 +1,5 @@
-"""Faces stored as image files, one sub-folder per identity (`root/<identity>/<image>`).
+"""Faces stored as image files: training faces one sub-folder per identity (`root/<identity>/<image>`),
+and unlabelled faces anywhere under a folder (`ImageFiles`, what `eval.embed` embeds).
 
 Sorted sub-folder names give labels 0..C-1, so the same folder always maps to the same classes (and
 `convert.recordio_to_folder` writes zero-padded names that sort back into the original labels).
@@ -14,7 +15,7 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-from elasticface.data.decode import CorruptImageError, DecodeStats, decode_image
+from elasticface.data.decode import CorruptImageError, DecodeStats, decode_image, resize_uint8
 from elasticface.data.pairs import PairSet
 
 log = logging.getLogger(__name__)
@@ -100,6 +101,46 @@ class ImageFolderFaces(Dataset):
 
     def __repr__(self) -> str:
         return f"ImageFolderFaces(root={self.root!r}, images={len(self)}, classes={self.num_classes})"
+
+
+def list_images(root: str, extensions: Sequence[str] = IMAGE_EXTENSIONS) -> list[str]:
+    """Image files anywhere under `root`, as sorted paths relative to it."""
+    if not os.path.isdir(root):
+        raise FileNotFoundError(f"image folder {root} is not a directory")
+    exts = tuple(e.lower() for e in extensions)
+    found = [os.path.relpath(os.path.join(dirpath, f), root)
+             for dirpath, _, files in os.walk(root) for f in files if f.lower().endswith(exts)]
+    if not found:
+        raise FileNotFoundError(f"no images ({', '.join(exts)}) under {root}")
+    return sorted(found)
+
+
+class ImageFiles(Dataset):
+    """Item i: (uint8 [3, S, S] RGB of `root/paths[i]`, i): aligned faces to embed, no labels.
+
+    Faces of another size are an error (they were probably not aligned), or resized with `resize=True`.
+    """
+
+    def __init__(self, root: str, paths: Sequence[str], image_size: int = 112, resize: bool = False) -> None:
+        self.root, self.paths, self.image_size, self.resize = root, list(paths), image_size, resize
+
+    def __len__(self) -> int:
+        return len(self.paths)
+
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, int]:
+        path = os.path.join(self.root, self.paths[index])
+        with open(path, "rb") as f:
+            data = f.read()
+        try:
+            img = decode_image(data, image_size=None)
+        except CorruptImageError as exc:
+            raise CorruptImageError(f"{path}: {exc}") from exc
+        if img.shape[1:] != (self.image_size, self.image_size):
+            if not self.resize:
+                raise ValueError(f"{path}: image is {img.shape[2]}x{img.shape[1]}; expected aligned "
+                                 f"{self.image_size}x{self.image_size} faces (pass --resize to resize)")
+            img = resize_uint8(img, self.image_size)
+        return img, index
 
 
 def folder_val_sets(pairs_file: str | None = None, image_root: str | None = None, name: str = "pairs",

@@ -1,1 +1,2 @@
-"""Evaluation: the verification protocol, IJB-B/C, embedding extraction and export."""
+"""Tools built on a trained model: eval.py's run, IJB-B/C, embedding extraction and export (the
+verification protocol they report lives in `elasticface.metrics`)."""

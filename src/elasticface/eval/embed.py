@@ -1,7 +1,8 @@
 """Embedding extraction: load a model (checkpoint, ONNX or TorchScript) and embed images in batches.
 
-Every evaluation (verification sets, IJB-B/C, a folder of faces) goes through `embed_dataset`, so flip
-fusion, normalisation and eval mode are decided in one place.
+Every evaluation (verification sets, IJB-B/C, a folder of faces) goes through `embed_dataset`: the
+training normalisation (`data.transforms.normalize`), the protocol's flip fusion
+(`metrics.verification.flip_fused_embeddings`, the one training validation uses) and eval mode.
 
 CLI: embed a folder of aligned 112x112 faces into a `.npy` plus an index of relative paths::
 
@@ -23,17 +24,13 @@ import torch
 from torch import Tensor, nn
 from torch.utils.data import DataLoader, Dataset
 
+from elasticface.data.folder import ImageFiles, list_images
+from elasticface.data import transforms
+from elasticface.metrics.verification import VerificationAccuracy, flip_fused_embeddings
+
 log = logging.getLogger(__name__)
 
 Embedder = Callable[[Tensor], Tensor]
-IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".webp")
-
-
-def to_float(images: Tensor) -> Tensor:
-    """uint8 [B, 3, H, W] -> float32 (x/255 - 0.5)/0.5, the training normalisation."""
-    if images.dtype != torch.uint8:
-        raise TypeError(f"expected uint8 images, got {images.dtype}")
-    return images.float().div_(127.5).sub_(1.0)
 
 
 def resolve_device(device: str | torch.device | None = "auto") -> torch.device:
@@ -109,16 +106,6 @@ def load_embedder(ckpt_path: str | None = None, model_path: str | None = None, d
 
 
 @torch.no_grad()
-def embed_batch(model: Embedder, images: Tensor, flip: bool = True) -> Tensor:
-    """Embeddings of a uint8 batch; with `flip`, emb(x) + emb(flip(x)) (raw, unnormalised, float32)."""
-    x = to_float(images)
-    if not flip:
-        return model(x).float()
-    both = model(torch.cat([x, x.flip(-1)])).float()
-    return both[: x.shape[0]] + both[x.shape[0]:]
-
-
-@torch.no_grad()
 def embed_dataset(
     model: Embedder,
     dataset: Dataset,
@@ -138,7 +125,8 @@ def embed_dataset(
     embeddings, indices = [], []
     try:
         for images, idx in loader:
-            embeddings.append(embed_batch(model, images.to(device, non_blocking=True), flip).cpu())
+            x = transforms.normalize(images.to(device, non_blocking=True))
+            embeddings.append(flip_fused_embeddings(model, x, flip).cpu())
             indices.append(torch.as_tensor(idx).long())
     finally:
         if was_training:
@@ -159,8 +147,6 @@ def evaluate_pair_set(
     far_target: float = 1e-3,
 ) -> tuple[dict[str, float], dict[str, np.ndarray]]:
     """The verification protocol on a `PairSet`: (scalar results, curves for plots)."""
-    from elasticface.eval.verification import VerificationAccuracy
-
     emb, idx = embed_dataset(model, pairs, batch_size, flip, device, num_workers)
     metric = VerificationAccuracy(pairs.issame, num_folds=num_folds, far_target=far_target)
     metric.update(emb, idx)
@@ -169,44 +155,6 @@ def evaluate_pair_set(
 
 
 # -- a folder of aligned faces ---------------------------------------------------------------------------
-
-
-def list_images(root: str) -> list[str]:
-    """Image files under `root`, as sorted paths relative to it."""
-    if not os.path.isdir(root):
-        raise FileNotFoundError(f"image folder {root} is not a directory")
-    found = []
-    for dirpath, _, files in os.walk(root):
-        for f in files:
-            if f.lower().endswith(IMAGE_EXTENSIONS):
-                found.append(os.path.relpath(os.path.join(dirpath, f), root))
-    if not found:
-        raise FileNotFoundError(f"no images ({', '.join(IMAGE_EXTENSIONS)}) under {root}")
-    return sorted(found)
-
-
-class ImageFiles(Dataset):
-    """Item i: (uint8 [3, S, S] RGB of `root/paths[i]`, i). Aligned faces are expected at S x S."""
-
-    def __init__(self, root: str, paths: Sequence[str], image_size: int = 112, resize: bool = False) -> None:
-        self.root, self.paths, self.image_size, self.resize = root, list(paths), image_size, resize
-
-    def __len__(self) -> int:
-        return len(self.paths)
-
-    def __getitem__(self, index: int) -> tuple[Tensor, int]:
-        from PIL import Image
-
-        path = os.path.join(self.root, self.paths[index])
-        with Image.open(path) as im:
-            im = im.convert("RGB")
-            if im.size != (self.image_size, self.image_size):
-                if not self.resize:
-                    raise ValueError(f"{path}: image is {im.size[0]}x{im.size[1]}; expected aligned "
-                                     f"{self.image_size}x{self.image_size} faces (pass --resize to resize)")
-                im = im.resize((self.image_size, self.image_size), Image.BILINEAR)
-            arr = np.asarray(im, dtype=np.uint8)
-        return torch.from_numpy(arr.copy()).permute(2, 0, 1), index
 
 
 def embed_folder(

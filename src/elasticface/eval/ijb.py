@@ -12,8 +12,8 @@ Expected layout (insightface's release of the IJB sets), with `target` IJBB or I
 by x + 8 for 112x112) and embedded with its horizontal flip (embeddings added); optionally each image
 feature is multiplied by its detector score; features are averaged per media and the media averages
 summed per template, then L2-normalised; a template pair's score is the cosine similarity. TAR at FAR
-1e-6 ... 1e-1 is read from the ROC as in insightface's tables: the TPR of the ROC point whose FPR is
-nearest to the target.
+1e-6 ... 1e-1 is read from the ROC exactly as insightface's `eval_ijbc.py` reads it
+(`elasticface.metrics.roc`), so the numbers are comparable with published IJB-B/C tables.
 
 OpenCV is not a dependency: the warp uses PIL's affine transform with the inverse matrix, with the
 pixel-centre convention of `cv2.warpAffine` (integer coordinates at pixel centres).
@@ -31,7 +31,7 @@ import torch
 from torch import Tensor
 from torch.utils.data import Dataset
 
-from elasticface.eval.verification import roc_curve, tar_at_far
+from elasticface.metrics.roc import roc_curve, tar_at_fars
 
 log = logging.getLogger(__name__)
 
@@ -233,14 +233,6 @@ def template_pair_scores(template_ids: np.ndarray, template_feats: np.ndarray, t
     return scores
 
 
-def tar_at_fars(scores: np.ndarray, labels: np.ndarray, fars: Sequence[float] = DEFAULT_FARS) -> dict[str, float]:
-    """{'tar_at_far_1e-4': ...} from the ROC of similarity scores (nearest ROC point, as insightface)."""
-    from elasticface.eval.verification import far_key
-
-    fpr, tpr, _ = roc_curve(scores, labels)
-    return {far_key(f): tar_at_far(fpr, tpr, f) for f in fars}
-
-
 def evaluate_ijb(
     model: Any,
     root: str,
@@ -269,5 +261,6 @@ def evaluate_ijb(
     template_ids, tfeats = template_features(feats.numpy(), meta.templates, meta.medias)
     scores = template_pair_scores(template_ids, tfeats, meta.pair_t1, meta.pair_t2)
     labels = meta.pair_labels.astype(bool)
-    return {"tar": tar_at_fars(scores, labels, fars), "scores": scores, "labels": labels, "roc": roc_curve(scores, labels),
+    roc = roc_curve(scores, labels)
+    return {"tar": tar_at_fars(roc[0], roc[1], fars), "scores": scores, "labels": labels, "roc": roc,
             "num_images": len(dataset), "num_templates": int(template_ids.shape[0]), "num_pairs": int(labels.shape[0])}
