@@ -77,14 +77,18 @@ def plan(command: str, workdir: Path, ckpt: Path) -> list[str] | None:
             args = next((t for t in tokens if t.startswith("ARGS=")), "ARGS=")
             argv = [t for t in argv if not t.startswith("ARGS=")] + [f"{args} debug=tiny".replace("= ", "=")]
         return argv + SIZE.get(tokens[1], [])
-    if tokens[0] != "python":
+    if tokens[0].startswith("elasticface-"):  # the installed console scripts, beside this python
+        app = {"elasticface-train": "train.py", "elasticface-eval": "eval.py"}.get(tokens[0])
+        argv = [str(Path(sys.executable).parent / tokens[0]), *tokens[1:]]
+    elif tokens[0] == "python":
+        app = tokens[1] if tokens[1] in ("train.py", "eval.py") else None
+        argv = [sys.executable, str(ROOT / app), *tokens[2:]] if app else [sys.executable, *tokens[1:]]
+    else:
         raise AssertionError(f"README command {command!r}: no rule to run it (tests/test_readme.py)")
-    argv = [sys.executable, *tokens[1:]]
-    if argv[1] in ("train.py", "eval.py"):
-        argv[1] = str(ROOT / argv[1])
+    if app:  # a Hydra app
         if any(w in t for t in tokens for w in NEEDS_MORE):
             return argv + (["--cfg", "job"] if "--cfg" not in argv else [])
-        if argv[1].endswith("train.py") and "--cfg" not in argv and not any(t.startswith("debug=") for t in argv):
+        if app == "train.py" and "--cfg" not in argv and not any(t.startswith("debug=") for t in argv):
             argv.append("debug=tiny")
         for word, extra in SIZE.items():
             if word in tokens:
