@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import pytest
 from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
 from hydra.core.override_parser.overrides_parser import OverridesParser
 
-from conftest import compose_train
+from conftest import ROOT, compose_train
 
 SIGMAS = [0.0125, 0.0175, 0.025, 0.05]
 # The paper's Tables I and II (REFERENCE.md), written out: (head target, plus, m, sigma)
@@ -52,3 +56,20 @@ def test_paper_table_with_casia_experiment_and_three_seeds():
 def test_command_line_beats_the_row():
     cfg = compose_train(["paper_row=elastic_arc_plus_sigma0.0175", "sigma=0.03"])
     assert (cfg.model.head.plus, cfg.m, cfg.sigma) == (True, 0.5, 0.03)
+
+
+@pytest.mark.slow
+def test_sweep_demo_runs_the_grid_and_the_report_ranks_it(tmp_path):
+    """What `make sweep-demo` runs, at debug=tiny size, from a fresh working directory: 11 jobs, one table."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "WANDB_MODE": "offline"}
+    out = subprocess.run([sys.executable, str(ROOT / "train.py"), "-m", "hparams_search=paper_table1", "experiment=sweep_demo",
+                          "debug=tiny"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=1800)
+    assert out.returncode == 0, out.stderr[-3000:]
+    (sweep,) = (tmp_path / "logs" / "sweep_demo" / "multiruns").iterdir()
+    out = subprocess.run([sys.executable, "-m", "elasticface.report", str(sweep)], cwd=tmp_path, env=env,
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "| loss | pose | lighting | expression | hard | mean | Borda sum | rank |" in out.stdout
+    rows = [line for line in out.stdout.splitlines() if line.startswith("| ArcFace") or line.startswith("| ElasticFace")]
+    assert len(rows) == 11 and sum("★" in r for r in rows) >= 3
+    assert (sweep / "report.csv").exists() and (sweep / "report_acc_vs_sigma.png").exists()
