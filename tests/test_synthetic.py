@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import multiprocessing
 import pickle
 import time
@@ -13,6 +14,8 @@ from torch.utils.data import DataLoader
 
 from elasticface.data.pairs import TensorPairSet
 from elasticface.data.synthetic import (
+    NUISANCE_GROUPS,
+    SYNTHETIC_BENCHMARKS,
     SyntheticFaces,
     identity_params,
     render_face,
@@ -194,3 +197,56 @@ def test_raw_pixel_cosine_is_a_weak_verifier(default_pairs):
     assert accuracy < 0.75
     # the signal is there though: same-identity pairs are more similar on average
     assert scores[default_pairs.issame].mean() > scores[~default_pairs.issame].mean()
+
+
+# -- the split into params / render / dataset / benchmarks kept every byte -----------------------------
+
+
+def test_default_images_are_bit_identical_to_the_unsplit_module():
+    """Checksums computed with the single-file synthetic.py (commit d92da84) before it was split up."""
+    h = hashlib.sha256()
+    ds = SyntheticFaces(num_identities=200, images_per_identity=30, seed=42, cache=False)  # configs/data/synthetic.yaml
+    for i in list(range(0, 6000, 97)) + [5999]:
+        h.update(ds[i][0].numpy().tobytes())
+    assert h.hexdigest() == "764d8ef560364bf7cbd9a83f1271f465d92604dd594f04327c584d0dba34badb"
+    p = synthetic_pairs("synthetic", 100, 40, 1)
+    digest = hashlib.sha256(p.images.numpy().tobytes() + np.asarray(p.issame).tobytes()).hexdigest()
+    assert digest == "68c90fa2b6a67508cf6b69aa6172db4c3dba91b43e5df5090416e3973c71394c"
+    h = hashlib.sha256()
+    for scale in (0.0, 0.5, 2.0):
+        for k in range(5):
+            h.update(render_face(identity_params(k, 3), variation_params(k, k + 1, 3, scale)).tobytes())
+    assert h.hexdigest() == "ef89b8780f860a7d10f1c439967ac15fa438c35b377a53c54140e96f09ab8a64"
+
+
+# -- named benchmarks ------------------------------------------------------------------------------
+
+
+def test_nuisance_factors_scale_only_their_group():
+    base = variation_params(4, 2, 0, 1.0)
+    posed = variation_params(4, 2, 0, 1.0, {"pose": 2.0})
+    assert posed["yaw"] == 2 * base["yaw"] and posed["tx"] == 2 * base["tx"]
+    for key in ("smile", "gain", "bg_dir", "blur", "noise_seed"):
+        assert np.array_equal(posed[key], base[key]), key  # same draws, other groups untouched
+    calm = variation_params(4, 2, 0, 1.0, {g: 0.0 for g in NUISANCE_GROUPS})
+    assert calm["yaw"] == calm["smile"] == calm["blur"] == 0.0 and calm["gain"] == 1.0
+    with pytest.raises(ValueError, match="unknown nuisance group.*'posture'"):
+        variation_params(4, 2, 0, 1.0, {"posture": 2.0})
+
+
+def test_benchmarks_are_named_disjoint_and_stress_their_nuisance():
+    names = ["pose", "lighting", "expression", "hard"]
+    sets = synthetic_val_sets(names, num_identities=6, num_pairs=10, seed=1)
+    assert list(sets) == names and all(s.name == n for n, s in sets.items())
+    ids = {n: set(s.identity_ids.ravel().tolist()) for n, s in sets.items()}
+    train = set(SyntheticFaces(cache=False).identity_ids.tolist())
+    for a in names:
+        assert not ids[a] & train
+        assert all(not ids[a] & ids[b] for b in names if b != a)
+    assert SYNTHETIC_BENCHMARKS["pose"].factors["pose"] > SYNTHETIC_BENCHMARKS["pose"].factors["lighting"]
+    assert SYNTHETIC_BENCHMARKS["hard"].variation > 1.0
+    # the default set is today's single set, byte for byte
+    assert torch.equal(synthetic_val_sets(num_identities=6, num_pairs=10)["synthetic"].images,
+                       synthetic_pairs("synthetic", 6, 10, 1).images)
+    with pytest.raises(ValueError, match=r"data.val_sets.names=\['lfw'\].*expected some of \['synthetic', 'pose'"):
+        synthetic_val_sets(["lfw"])

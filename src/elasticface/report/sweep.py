@@ -1,0 +1,74 @@
+"""Reading a sweep directory: one summary.json per finished job, nothing else.
+
+A job is a directory holding Hydra's ``.hydra/`` folder (any depth, so SLURM and nested layouts work);
+without a readable summary.json it is still running or has failed, and the report lists it.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+REQUIRED_KEYS = ("head", "m", "sigma", "seed", "val/sets")
+
+
+@dataclass
+class Job:
+    path: Path
+    summary: dict[str, Any] | None = None
+    problem: str = ""  # why there is no usable summary
+
+    @property
+    def done(self) -> bool:
+        return self.summary is not None
+
+
+@dataclass
+class Sweep:
+    root: Path
+    jobs: list[Job] = field(default_factory=list)
+
+    @property
+    def finished(self) -> list[Job]:
+        return [j for j in self.jobs if j.done]
+
+    @property
+    def unfinished(self) -> list[Job]:
+        return [j for j in self.jobs if not j.done]
+
+
+def _read_summary(path: Path) -> tuple[dict[str, Any] | None, str]:
+    file = path / "summary.json"
+    if not file.exists():
+        return None, "no summary.json: still running, or failed"
+    try:
+        summary = json.loads(file.read_text())
+    except (OSError, json.JSONDecodeError) as err:
+        return None, f"{file}: unreadable ({err})"
+    missing = [k for k in REQUIRED_KEYS if k not in summary]
+    if missing:
+        return None, f"{file}: missing key(s) {missing}"
+    sets = summary["val/sets"]
+    if not isinstance(sets, dict) or not sets:
+        return None, f"{file}: 'val/sets' has no benchmark accuracies"
+    empty = [name for name, acc in sets.items() if acc is None]
+    if empty:
+        return None, f"{file}: no accuracy for {empty} in 'val/sets' (validation never ran)"
+    return summary, ""
+
+
+def read_sweep(root: str | Path) -> Sweep:
+    """Every job under ``root`` (a multirun directory, or a single run's directory)."""
+    root = Path(root)
+    if not root.is_dir():
+        raise FileNotFoundError(f"sweep directory {root} does not exist")
+    dirs = sorted({p.parent for p in root.rglob(".hydra") if p.is_dir()} | {p.parent for p in root.rglob("summary.json")})
+    if not dirs:
+        raise FileNotFoundError(f"{root}: no job directories (a folder with .hydra/ or summary.json) below it")
+    sweep = Sweep(root)
+    for d in dirs:
+        summary, problem = _read_summary(d)
+        sweep.jobs.append(Job(d, summary, problem))
+    return sweep

@@ -1,0 +1,75 @@
+"""hparams_search=paper_table1/2 expand to exactly the paper's 11 (head, m, sigma) jobs, with any experiment."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+from hydra.core.override_parser.overrides_parser import OverridesParser
+
+from conftest import ROOT, compose_train
+
+SIGMAS = [0.0125, 0.0175, 0.025, 0.05]
+# The paper's Tables I and II (REFERENCE.md), written out: (head target, plus, m, sigma)
+TABLE1 = ([("ArcFace", None, m, None) for m in (0.45, 0.5, 0.55)]
+          + [("ElasticArcFace", False, 0.5, s) for s in SIGMAS] + [("ElasticArcFace", True, 0.5, s) for s in SIGMAS])
+TABLE2 = ([("CosFace", None, m, None) for m in (0.3, 0.35, 0.4)]
+          + [("ElasticCosFace", False, 0.35, s) for s in SIGMAS] + [("ElasticCosFace", True, 0.35, s) for s in SIGMAS])
+
+
+def sweep_jobs(overrides: list[str]) -> list[list[str]]:
+    """The per-job overrides Hydra's basic sweeper makes of `python train.py -m <overrides>`."""
+    cfg = compose_train([o for o in overrides if "," not in o])
+    params = [f"{k}={v}" for k, v in cfg.hydra.sweeper.params.items()]  # as BasicSweeper._parse_config
+    parsed = OverridesParser.create().parse_overrides(params + [o for o in overrides if "," in o])
+    return [list(job) for batch in BasicSweeper.split_arguments(parsed, None) for job in batch]
+
+
+def job_row(overrides: list[str]) -> tuple:
+    cfg = compose_train(overrides)
+    head = cfg.model.head
+    return head._target_.rsplit(".", 1)[1], head.get("plus"), cfg.m, cfg.sigma
+
+
+@pytest.mark.parametrize("search, table", [("paper_table1", TABLE1), ("paper_table2", TABLE2)])
+def test_paper_table_is_exactly_the_papers_eleven_jobs(search, table):
+    jobs = sweep_jobs([f"hparams_search={search}"])
+    assert len(jobs) == 11
+    rows = [job_row([f"hparams_search={search}", *job]) for job in jobs]
+    assert rows == table  # right head, m and sigma: the head group's defaults do not win over the row
+    m_sigma = [(cfg.model.head.m, cfg.model.head.get("sigma")) for cfg in [compose_train([f"hparams_search={search}", *jobs[4]])]]
+    assert m_sigma == [(table[4][2], table[4][3])]  # and the head is built from them
+
+
+def test_paper_table_with_casia_experiment_and_three_seeds():
+    base = ["hparams_search=paper_table1", "experiment=casia_r50_sigma_grid", "data.root=/data/casia"]
+    jobs = sweep_jobs(base + ["seed=1,2,3"])
+    assert len(jobs) == 33 and sorted({j[-1] for j in jobs}) == ["seed=1", "seed=2", "seed=3"]
+    cfg = compose_train(base + jobs[-1])
+    assert (cfg.m, cfg.sigma, cfg.seed, cfg.model.head.plus) == (0.5, 0.05, 3, True)
+    assert cfg.model.backbone.name == "iresnet50" and list(cfg.data.val_sets.names) == ["lfw", "agedb_30", "calfw", "cplfw", "cfp_fp"]
+
+
+def test_command_line_beats_the_row():
+    cfg = compose_train(["paper_row=elastic_arc_plus_sigma0.0175", "sigma=0.03"])
+    assert (cfg.model.head.plus, cfg.m, cfg.sigma) == (True, 0.5, 0.03)
+
+
+@pytest.mark.slow
+def test_sweep_demo_runs_the_grid_and_the_report_ranks_it(tmp_path):
+    """What `make sweep-demo` runs, at debug=tiny size, from a fresh working directory: 11 jobs, one table."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "WANDB_MODE": "offline"}
+    out = subprocess.run([sys.executable, str(ROOT / "train.py"), "-m", "hparams_search=paper_table1", "experiment=sweep_demo",
+                          "debug=tiny"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=1800)
+    assert out.returncode == 0, out.stderr[-3000:]
+    (sweep,) = (tmp_path / "logs" / "sweep_demo" / "multiruns").iterdir()
+    out = subprocess.run([sys.executable, "-m", "elasticface.report", str(sweep)], cwd=tmp_path, env=env,
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "| loss | pose | lighting | expression | hard | mean | Borda sum | rank |" in out.stdout
+    rows = [line for line in out.stdout.splitlines() if line.startswith("| ArcFace") or line.startswith("| ElasticFace")]
+    assert len(rows) == 11 and sum("★" in r for r in rows) >= 3
+    assert (sweep / "report.csv").exists() and (sweep / "report_acc_vs_sigma.png").exists()

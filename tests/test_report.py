@@ -1,0 +1,106 @@
+"""python -m elasticface.report: the paper's Borda table from summary.json files alone."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from elasticface.report import borda, build_report, max_ranks, read_sweep, to_markdown
+from elasticface.report.__main__ import main
+
+BENCHMARKS = ["lfw", "agedb_30", "calfw", "cplfw", "cfp_fp"]
+# Table I of the paper (REFERENCE.md): (head, m, sigma), accuracies in %, the Borda sum the paper prints.
+TABLE1 = [
+    (("arcface", 0.55, None), [99.52, 94.58, 93.82, 89.05, 95.24], 8),
+    (("arcface", 0.5, None), [99.46, 94.83, 93.88, 89.72, 95.36], 13),
+    (("arcface", 0.45, None), [99.43, 94.66, 93.80, 89.42, 95.53], 9),
+    (("elastic_arc", 0.5, 0.0125), [99.53, 94.80, 93.68, 89.72, 95.43], 11),
+    (("elastic_arc", 0.5, 0.0175), [99.47, 95.13, 93.67, 89.53, 95.54], 11),
+    (("elastic_arc", 0.5, 0.025), [99.52, 94.95, 93.78, 89.50, 95.44], 12),
+    (("elastic_arc", 0.5, 0.05), [99.52, 94.82, 93.90, 89.79, 95.59], 17),
+    (("elastic_arc_plus", 0.5, 0.0125), [99.53, 95.00, 93.68, 89.58, 95.40], 13),
+    (("elastic_arc_plus", 0.5, 0.0175), [99.53, 95.07, 93.95, 89.37, 95.67], 15),
+    (("elastic_arc_plus", 0.5, 0.025), [99.42, 95.15, 93.73, 89.48, 95.36], 10),
+    (("elastic_arc_plus", 0.5, 0.05), [99.45, 94.83, 94.00, 89.50, 95.56], 13),
+]
+
+
+def write_job(root: Path, name: str, head: str, m: float, sigma: float | None, accs: dict[str, float], seed: int = 42) -> Path:
+    job = root / name
+    (job / ".hydra").mkdir(parents=True)
+    summary = {"head": head, "m": m, "sigma": sigma, "seed": seed, "s": 64.0, "backbone": "iresnet50", "data": "recordio",
+               "val/sets": accs, "val/acc_mean": {"best": None, "final": float(np.mean(list(accs.values())))}}
+    (job / "summary.json").write_text(json.dumps(summary))
+    return job
+
+
+def test_max_rank_rule_of_the_reference():
+    assert max_ranks([99.47, 99.52, 99.52, 99.53]) == [1, 3, 3, 4]
+
+
+def test_borda_reproduces_every_sum_of_table1():
+    for family in ("arcface", "elastic_arc", "elastic_arc_plus"):
+        rows = [r for r in TABLE1 if r[0][0] == family]
+        _, sums = borda([dict(zip(BENCHMARKS, accs)) for _, accs, _ in rows], BENCHMARKS)
+        assert sums == [paper for *_, paper in rows], family
+
+
+def test_report_of_a_table1_sweep_from_summary_files(tmp_path, capsys):
+    for i, ((head, m, sigma), accs, _) in enumerate(TABLE1):
+        write_job(tmp_path, f"{i}_paper_row={head}", head, m, sigma, {b: a / 100 for b, a in zip(BENCHMARKS, accs)})
+    (tmp_path / "11_paper_row=still_running" / ".hydra").mkdir(parents=True)  # no summary.json yet
+    assert main([str(tmp_path)]) == 0
+    printed = capsys.readouterr().out
+    rows = list(csv.DictReader((tmp_path / "report.csv").open()))
+    done = {(r["head"], float(r["m"]), float(r["sigma"]) if r["sigma"] else None): r for r in rows if r["status"] == "finished"}
+    assert len(done) == 11
+    for key, _, paper_sum in TABLE1:
+        assert int(done[key]["borda_sum"]) == paper_sum, key
+    winners = sorted(k for k, r in done.items() if r["winner"] == "1")
+    assert winners == [("arcface", 0.5, None), ("elastic_arc", 0.5, 0.05), ("elastic_arc_plus", 0.5, 0.0175)]
+    # ranked within each family, families in the paper's order
+    assert [r["configuration"] for r in rows[:3]] == ["ArcFace m=0.5", "ArcFace m=0.45", "ArcFace m=0.55"]
+    assert [r for r in rows if r["status"] != "finished"][0]["configuration"] == "11_paper_row=still_running"
+    markdown = (tmp_path / "report.md").read_text()
+    assert markdown in printed
+    assert "| ElasticFace-Arc m=0.5 σ=0.05 | 99.52 (3) | 94.82 (2) | 93.90 (4) | 89.79 (4) | 95.59 (4) | 94.72 | **17** | 1 ★ |" in markdown
+    assert "`11_paper_row=still_running`: no summary.json: still running, or failed" in markdown
+    assert (tmp_path / "report_acc_vs_sigma.png").stat().st_size > 10_000
+
+
+def test_seeds_give_mean_std_rank_on_means_and_flag_overlaps(tmp_path):
+    # A and B: 3 seeds each, means 0.900 and 0.905 with a spread of 0.02 -> not distinguishable;
+    # C: clearly worse. A wins seed 1, B wins on the means.
+    per_seed = {"A": (0.91, 0.88, 0.91), "B": (0.88, 0.92, 0.915), "C": (0.70, 0.71, 0.72)}
+    sigmas = {"A": 0.0125, "B": 0.025, "C": 0.05}
+    for name, accs in per_seed.items():
+        for seed, acc in enumerate(accs, 1):
+            write_job(tmp_path, f"{name}_{seed}", "elastic_arc", 0.5, sigmas[name], {"pose": acc, "hard": acc - 0.1}, seed)
+    report = build_report(read_sweep(tmp_path))
+    rows = {r.sigma: r for r in report.rows}
+    a, b, c = rows[0.0125], rows[0.025], rows[0.05]
+    assert sorted(a.seeds) == [1, 2, 3] and a.mean("pose") == pytest.approx(0.9)
+    assert a.std("pose") == pytest.approx(np.std([0.91, 0.88, 0.91], ddof=1))
+    assert [r.sigma for r in report.rows] == [0.025, 0.0125, 0.05] and b.winner and b.borda_sum == 6
+    assert a.within_spread_of_winner and not c.within_spread_of_winner
+    assert len(report.notes) == 1 and "σ=0.025 and ElasticFace-Arc m=0.5 σ=0.0125" in report.notes[0]
+    markdown = to_markdown(report)
+    assert "| ElasticFace-Arc m=0.5 σ=0.025 | 90.50 ± 2.18 (3) | 80.50 ± 2.18 (3) |" in markdown
+    assert "2 ≈" in markdown and "not reliable" in markdown
+
+
+def test_bad_summaries_are_listed_or_refused_with_the_file_named(tmp_path, capsys):
+    write_job(tmp_path, "0", "arcface", 0.5, None, {"lfw": 0.9})
+    bad = write_job(tmp_path, "1", "arcface", 0.45, None, {"lfw": 0.8})
+    (bad / "summary.json").write_text(json.dumps({"head": "arcface"}))
+    report = build_report(read_sweep(tmp_path))
+    assert len(report.rows) == 1 and report.unfinished[0][0] == "1"
+    assert "1/summary.json: missing key(s) ['m', 'sigma', 'seed', 'val/sets']" in report.unfinished[0][1]
+    write_job(tmp_path, "2", "arcface", 0.55, None, {"agedb_30": 0.8})
+    assert main([str(tmp_path)]) == 2
+    assert "2/summary.json: 'val/sets' has benchmarks ['agedb_30']" in capsys.readouterr().err
+    assert main([str(tmp_path / "nowhere")]) == 2
