@@ -64,9 +64,8 @@ sweep-demo: $(STAMP)
 	WANDB_SILENT=true $(PY) $(ROOT)train.py -m hparams_search=paper_table1 experiment=sweep_demo hydra.sweep.dir=$$dir $(ARGS) \
 	  && $(PY) -m elasticface.report $$dir
 
-report:
+report: $(STAMP)
 	@test -n "$(DIR)" || { echo "usage: make report DIR=<sweep directory, e.g. logs/train/multiruns/<date>_<time>>"; exit 2; }
-	@$(MAKE) --no-print-directory install
 	$(PY) -m elasticface.report $(DIR)
 
 clean:

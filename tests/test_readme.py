@@ -38,7 +38,32 @@ SKIP = {
 #: words that mean a command needs a GPU, a cluster or data that cannot exist here: composed with --cfg job
 NEEDS_MORE = ("trainer=gpu", "trainer=ddp", "launcher=slurm", "experiment=", "ijb.root=")
 #: size overrides appended where a command would take long (the README's values are real-run sizes)
-SIZE = {"hparams_search=elastic_optuna": ["hydra.sweeper.n_trials=2"], "bench": ["SIZE=tiny"]}
+SIZE = {"hparams_search=elastic_optuna": ["hydra.sweeper.n_trials=2"], "bench": ["SIZE=tiny"],
+        "sweep-demo": ["ARGS=debug=tiny"]}
+#: jobs of the sweeps that a README command starts (the rest are products of comma-separated values)
+SWEEP_JOBS = {"hparams_search=paper_table1": 11, "hparams_search=paper_table2": 11, "sweep-demo": 11,
+              "hparams_search=elastic_optuna": 2}
+#: commands that start more jobs than this run in the slow suite (`make test` stays under 5 minutes)
+FAST_JOBS = 4
+
+
+def sweep_values(override: str) -> int:
+    """How many values a `key=a,b,c` sweep override lists (commas inside [...] are one list value)."""
+    if "=" not in override:
+        return 1
+    depth, count = 0, 1
+    for char in override.split("=", 1)[1]:
+        depth += {"[": 1, "]": -1}.get(char, 0)
+        count += char == "," and depth == 0
+    return count
+
+
+def jobs(command: str) -> int:
+    tokens = shlex.split(command)
+    n = 1
+    for token in tokens:
+        n *= SWEEP_JOBS.get(token, 1) * (sweep_values(token) if "-m" in tokens else 1)
+    return n
 
 
 def readme_commands() -> list[str]:
@@ -71,6 +96,7 @@ def plan(command: str, workdir: Path, ckpt: Path) -> list[str] | None:
         return None
     tokens = [t.replace("/data/", f"{workdir}/data/") for t in tokens]
     tokens = [re.sub(r"^ckpt_path=(\.\.\.|.*<\.\.\.>.*)$", f"ckpt_path={ckpt}", t) for t in tokens]
+    tokens = [re.sub(r"^DIR=.*<time>.*$", f"DIR={workdir / 'sweep'}", t) for t in tokens]
     if tokens[0] == "make":
         argv = ["make", "-s", "-f", str(ROOT / "Makefile"), *tokens[1:]]
         if tokens[1] == "train":
@@ -108,6 +134,10 @@ def fresh_workdir(user_files: tuple[Path, Path], tmp_path: Path) -> Path:
 ALL = sorted(set(readme_commands()) | set(make_help_commands()))
 
 
+def _param(command: str):
+    return pytest.param(command, marks=[pytest.mark.slow] if jobs(command) > FAST_JOBS else [])
+
+
 def test_every_readme_command_is_classified(tmp_path):
     """A README command this file has no rule for fails here, instead of silently going untested."""
     assert len(ALL) >= 10
@@ -115,9 +145,20 @@ def test_every_readme_command_is_classified(tmp_path):
         plan(command, tmp_path, tmp_path / "last.ckpt")
 
 
-@pytest.mark.parametrize("command", ALL)
+def test_job_counts_of_readme_sweeps():
+    assert jobs("python train.py -m head=elastic_arc,elastic_arc_plus sigma=0.0125,0.0175,0.025,0.05") == 8
+    assert jobs("python train.py -m hparams_search=paper_table2 seed=1,2,3 data.val_sets.names=[pose,hard]") == 33
+    assert jobs("python train.py head=cosface data.val_sets.names=[pose,hard]") == 1
+
+
+@pytest.mark.parametrize("command", [_param(c) for c in ALL])
 def test_readme_command_runs_verbatim(command, user_files, tmp_path):
     workdir = fresh_workdir(user_files, tmp_path)
+    if "<time>" in command:  # `make report DIR=<a sweep>`: the user's sweep is a small one of their own
+        sweep = subprocess.run([sys.executable, str(ROOT / "train.py"), "-m", "head=arcface,elastic_arc", "debug=tiny"],
+                               cwd=workdir, capture_output=True, text=True, timeout=900)
+        assert sweep.returncode == 0, sweep.stderr[-3000:]
+        (workdir / "logs" / "train" / "multiruns").iterdir().__next__().rename(workdir / "sweep")
     argv = plan(command, workdir, user_files[1])
     if argv is None:
         pytest.skip(f"{command}: {skip_reason(shlex.split(command))}")
