@@ -58,7 +58,7 @@ def test_every_head_config_builds_its_head(head):
 
 @pytest.mark.parametrize("experiment", EXPERIMENTS)
 def test_every_experiment_composes(experiment):
-    cfg = compose_train([f"experiment={experiment}", "data.root=/data/faces"])
+    cfg = compose_train([f"experiment={experiment}", "++data.root=/data/faces"])  # ++: toy_2d trains on synthetic faces (no root)
     assert cfg.task_name != "train"
     OmegaConf.to_container(cfg.model, resolve=True)
 
