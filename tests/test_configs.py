@@ -58,8 +58,8 @@ def test_every_head_config_builds_its_head(head):
 
 @pytest.mark.parametrize("experiment", EXPERIMENTS)
 def test_every_experiment_composes(experiment):
-    on_synthetic = experiment == "sweep_demo"  # the others train on a data root
-    cfg = compose_train([f"experiment={experiment}"] + ([] if on_synthetic else ["data.root=/data/faces"]))
+    # ++: sweep_demo and toy_2d train on synthetic faces (no root); the others on a data root
+    cfg = compose_train([f"experiment={experiment}", "++data.root=/data/faces"])
     assert cfg.task_name != "train"
     OmegaConf.to_container(cfg.model, resolve=True)
     if experiment.startswith("ms1mv2_r100_"):  # the run's name is the experiment's, with its head

@@ -74,7 +74,7 @@ def test_all_loggers_offline_without_network(tiny_cfg, tmp_path, monkeypatch):
     monkeypatch.setenv("NETRC", str(tmp_path / "no_netrc"))
     monkeypatch.delenv("WANDB_MODE", raising=False)
     cfg = tiny_cfg("logger=many", "trainer.max_epochs=1")
-    assert cfg.logger.wandb.offline is True
+    assert cfg.logger.wandb.mode == "offline"
     run(cfg)
     assert list((tmp_path / "wandb").glob("offline-run-*")), "W&B wrote an offline run"
     assert list((tmp_path / "tensorboard").rglob("events.out.tfevents.*"))

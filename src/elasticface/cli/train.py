@@ -11,7 +11,7 @@ from omegaconf import DictConfig
 
 from elasticface.utils.config import config_dir, register_resolvers
 
-register_resolvers()  # before Hydra composes: the configs use ${cwd:}, ${short_dirname:...}, ${wandb_offline:}
+register_resolvers()  # before Hydra composes: the configs use ${cwd:}, ${short_dirname:...}, ${wandb_mode:}
 
 
 @hydra.main(version_base="1.3", config_path=str(config_dir()), config_name="train")

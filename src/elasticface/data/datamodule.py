@@ -15,7 +15,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset, Sampler
 
 from elasticface.data.pairs import PairSet
-from elasticface.data.transforms import BatchAugment, normalize, random_hflip
+from elasticface.data.transforms import BatchAugment, normalize, random_hflip, resize
 
 log = logging.getLogger(__name__)
 
@@ -41,6 +41,7 @@ class FaceDataModule(pl.LightningDataModule):
     the DataModule is cheap and worker processes never receive half-built state. `root`, `val_root`
     and `decoder` are read by those factories through config interpolation and accepted here so one
     config node describes the data completely; `decoder=dali` swaps the training loader for DALI's.
+    `image_size` resizes every batch (training and validation) on the device, e.g. 112 -> 56 for CPU runs.
     """
 
     def __init__(
@@ -60,12 +61,16 @@ class FaceDataModule(pl.LightningDataModule):
         val_root: str | None = None,
         decoder: str | None = None,
         num_classes: int | None = None,
+        image_size: int | None = None,
     ) -> None:
         super().__init__()
         if batch_size < 1:
             raise ValueError(f"data.batch_size={batch_size}: must be >= 1")
         if val_batch_size < 1:
             raise ValueError(f"data.val_batch_size={val_batch_size}: must be >= 1")
+        if image_size is not None and image_size < 8:
+            raise ValueError(f"data.image_size={image_size}: must be >= 8 pixels, or null to keep the data's size")
+        self.image_size = image_size
         self.train_factory = train_dataset
         self.val_factory = val_sets
         self.batch_size = batch_size
@@ -144,4 +149,6 @@ class FaceDataModule(pl.LightningDataModule):
             if training and self.hflip:
                 images = random_hflip(images)
             images = normalize(images)
+        if self.image_size is not None:
+            images = resize(images, self.image_size)
         return (self.augment(images) if training else images, *rest)

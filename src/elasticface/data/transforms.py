@@ -6,6 +6,7 @@ The paper's only augmentation is a random horizontal flip; pixels go to [-1, 1] 
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
 
@@ -14,6 +15,16 @@ def normalize(images: Tensor) -> Tensor:
     if images.dtype != torch.uint8:
         raise TypeError(f"normalize expects uint8 images, got {images.dtype}")
     return images.float().div_(127.5).sub_(1.0)
+
+
+def resize(images: Tensor, size: int) -> Tensor:
+    """float [B, 3, H, W] -> [B, 3, size, size], antialiased bilinear; a no-op at that size already.
+
+    Lets a CPU run train on smaller faces (the toy example) without re-rendering or re-encoding the data.
+    """
+    if images.shape[-2:] == (size, size):
+        return images
+    return F.interpolate(images, size=(size, size), mode="bilinear", antialias=True, align_corners=False)
 
 
 def random_hflip(images: Tensor, p: float = 0.5, generator: torch.Generator | None = None) -> Tensor:

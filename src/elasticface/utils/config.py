@@ -10,7 +10,7 @@ from typing import Any
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
-from elasticface.utils.wandb_mode import wandb_offline
+from elasticface.utils.wandb_mode import wandb_mode
 
 
 PACKAGE_DIR = Path(__file__).resolve().parents[1]
@@ -44,9 +44,12 @@ def short_dirname(name: str, max_length: int = 120) -> str:
 
 
 def register_resolvers() -> None:
-    for name, fn in (("wandb_offline", wandb_offline), ("short_dirname", short_dirname), ("cwd", os.getcwd)):
+    for name, fn in (("wandb_mode", wandb_mode), ("short_dirname", short_dirname), ("cwd", os.getcwd)):
         if not OmegaConf.has_resolver(name):
             OmegaConf.register_new_resolver(name, fn)
+    from elasticface.loggers.run_names import register_run_name_resolvers  # it imports this module
+
+    register_run_name_resolvers()
 
 
 def _number(cfg: DictConfig, key: str) -> float | None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import mmap
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -24,6 +25,9 @@ class SyntheticFaces(Dataset):
     ``intra_class_variation`` scales all per-image nuisance (0: every image of an identity is the same);
     ``variation_spread`` in [0, 1] makes some identities vary more than others (their scale is
     ``intra_class_variation * (1 + variation_spread * level)`` with a per-identity level in [-1, 1]).
+    ``identity_variation``, one factor per identity, sets those scales explicitly instead
+    (``intra_class_variation * identity_variation[label]``): the paper's toy example uses it for
+    identities of low and of high intra-class variation.
 
     With ``cache=True`` an image is rendered the first time it is read and kept in a uint8 tensor in an
     anonymous shared mapping (len x 37.6 kB), so forked DataLoader workers fill one cache together;
@@ -41,6 +45,7 @@ class SyntheticFaces(Dataset):
         intra_class_variation: float = 1.0,
         variation_spread: float = 0.5,
         cache: bool = True,
+        identity_variation: Sequence[float] | None = None,
     ) -> None:
         if num_identities < 1 or images_per_identity < 1:
             raise ValueError(f"need at least one identity and one image per identity, got {num_identities} x {images_per_identity}")
@@ -48,6 +53,14 @@ class SyntheticFaces(Dataset):
             raise ValueError(
                 f"intra_class_variation must be >= 0 and variation_spread in [0, 1], got {intra_class_variation}, {variation_spread}"
             )
+        if identity_variation is not None and (
+            len(identity_variation) != num_identities or any(float(v) < 0 for v in identity_variation)
+        ):
+            raise ValueError(
+                f"identity_variation={list(identity_variation)}: expected {num_identities} factors >= 0, "
+                "one per identity (num_identities)"
+            )
+        self.identity_variation = None if identity_variation is None else [float(v) for v in identity_variation]
         self.num_identities = int(num_identities)
         self.images_per_identity = int(images_per_identity)
         self.seed = int(seed)
@@ -88,7 +101,10 @@ class SyntheticFaces(Dataset):
         label, image_index = divmod(int(index), self.images_per_identity)
         identity = self.identity_offset + label
         ident = self._identity(identity)
-        scale = identity_scale(ident, self.intra_class_variation, self.variation_spread)
+        if self.identity_variation is not None:
+            scale = self.intra_class_variation * self.identity_variation[label]
+        else:
+            scale = identity_scale(ident, self.intra_class_variation, self.variation_spread)
         return render_face_chw(ident, variation_params(identity, image_index, self.seed, scale))
 
     def render_all(self) -> SyntheticFaces:

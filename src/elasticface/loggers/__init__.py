@@ -1,0 +1,2 @@
+"""Lightning loggers set up as dashboards: run names and sweep groups, W&B summaries and tables,
+TensorBoard's HPARAMS tab."""

@@ -1,0 +1,91 @@
+"""What a run is called on the dashboards: its name, its sweep group, its job type and tags.
+
+Registered as config resolvers (`${run_name:}`, `${sweep_group:}`, `${run_job_type:}`, `${run_tags:}`)
+and used by configs/logger/*.yaml, so a W&B project or a TensorBoard directory reads "which head, which
+σ, which backbone, which sweep" without opening a config.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from hydra.core.hydra_config import HydraConfig
+from hydra.types import RunMode
+from omegaconf import DictConfig
+
+from elasticface.utils.config import group_choices
+
+DEFAULT_SCALE = 64.0
+
+
+def _choice(cfg: DictConfig, group: str) -> str:
+    """The chosen option of a config group (head, backbone, data), or a name derived from the config."""
+    choice = group_choices().get(group)
+    if choice:
+        return choice
+    if group == "head":
+        return str(cfg.model.head.get("_target_", "head")).rsplit(".", 1)[-1].lower()
+    if group == "backbone":
+        return str(cfg.model.backbone.get("name", "backbone"))
+    return str(cfg.get(group, {}).get("_target_", group)).rsplit(".", 1)[-1]
+
+
+def run_name(cfg: DictConfig) -> str:
+    """`<head>-m<m>[-s<s>][-sigma<σ>]-<backbone>-seed<seed>`, e.g. `elastic_arc_plus-m0.5-sigma0.0175-iresnet50-seed42`.
+
+    s appears only when it is not the paper's 64; σ only for heads that have one. Safe as a directory
+    name (TensorBoard shows the directory as the run's name).
+    """
+    parts = [_choice(cfg, "head")]
+    if cfg.get("m") is not None:
+        parts.append(f"m{cfg.m:g}")
+    if cfg.get("s") is not None and float(cfg.s) != DEFAULT_SCALE:
+        parts.append(f"s{cfg.s:g}")
+    if cfg.get("sigma") is not None:
+        parts.append(f"sigma{cfg.sigma:g}")
+    parts += [_choice(cfg, "backbone"), f"seed{cfg.get('seed')}"]
+    return "-".join(str(p).replace("/", "_") for p in parts)
+
+
+def sweep_group(sweep_dir: str | Path) -> str:
+    """The W&B group of every job of the sweep in `sweep_dir`: the directory's name, prefixed with the task
+    name in the default layout `<log_dir>/<task_name>/multiruns/<time>`, e.g. `toy_2d/2026-11-22_04-00-00`.
+
+    A function of the path alone, so the sweep report (run later, from anywhere) logs into the same group.
+    """
+    path = Path(sweep_dir).resolve()
+    if path.parent.name == "multiruns" and path.parent.parent.name:
+        return f"{path.parent.parent.name}/{path.name}"
+    return path.name
+
+
+def current_sweep_group() -> str | None:
+    """The group of the running job when it is part of a Hydra multirun; None for a single run."""
+    if not HydraConfig.initialized():
+        return None
+    hydra_cfg = HydraConfig.get()
+    if hydra_cfg.mode != RunMode.MULTIRUN:
+        return None
+    return sweep_group(hydra_cfg.sweep.dir)
+
+
+def run_tags(cfg: DictConfig) -> list[str]:
+    """The config's `tags` plus the head, backbone and data options, so runs filter by head in W&B."""
+    tags = [str(t) for t in (cfg.get("tags") or [])]
+    tags += [_choice(cfg, "head"), _choice(cfg, "backbone"), f"data:{_choice(cfg, 'data')}"]
+    return list(dict.fromkeys(tags))
+
+
+def register_run_name_resolvers() -> None:
+    from omegaconf import OmegaConf
+
+    resolvers: dict[str, Any] = {
+        "run_name": lambda *, _root_: run_name(_root_),
+        "sweep_group": lambda: current_sweep_group(),
+        "run_job_type": lambda *, _root_: _choice(_root_, "head"),
+        "run_tags": lambda *, _root_: run_tags(_root_),
+    }
+    for name, fn in resolvers.items():
+        if not OmegaConf.has_resolver(name):
+            OmegaConf.register_new_resolver(name, fn)
