@@ -179,7 +179,7 @@ def _resume_worker(rank: int, world: int, init_file: str, out_dir: str, ckpt: st
     torch.manual_seed(0)
     backbone = torch.nn.Linear(5, D)
     layer = ShardedFC(D, RESUME_C, centers_per_class=2)
-    head = build_head("elastic_arc_plus", seed=1)
+    head = build_head("subcenter_elastic_arc_plus", k=2, seed=1)
     if world > 1:
         layer.shard(rank, world)
     model = _Net(backbone, layer, head)
