@@ -134,8 +134,18 @@ class FaceRecognitionModule(pl.LightningModule):
                                                         total_steps=int(self.trainer.estimated_stepping_batches))
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
 
-    # -- checkpoints ---------------------------------------------------------------------------------
+    # -- sharded centres and checkpoints ---------------------------------------------------------------
     _CENTERS_KEY = "centers.weight"
+
+    def configure_model(self) -> None:
+        """Keep this rank's slice of ShardedFC centres: after the process group exists, before a checkpoint
+        is restored, DDP wraps the module and the optimizer is built."""
+        rank, world = rank_and_world()
+        if isinstance(self.centers, ShardedFC) and world > 1:
+            self.centers.shard(rank, world)
+            # the shard is this rank's own: DDP must neither broadcast nor all-reduce it
+            self._ddp_params_and_buffers_to_ignore = [name for name, p in self.named_parameters()
+                                                      if p is self.centers.weight]
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         if isinstance(self.centers, ShardedFC):
@@ -159,12 +169,6 @@ class FaceRecognitionModule(pl.LightningModule):
 
     # -- validation ----------------------------------------------------------------------------------
     def setup(self, stage: str) -> None:
-        rank, world = rank_and_world()
-        if isinstance(self.centers, ShardedFC) and world > 1:
-            self.centers.shard(rank, world)  # before DDP wraps the module and the optimizer is built
-            # the shard is this rank's own: DDP must neither broadcast nor all-reduce it
-            self._ddp_params_and_buffers_to_ignore = [f"{name}" for name, p in self.named_parameters()
-                                                      if p is self.centers.weight]
         datamodule = getattr(self.trainer, "datamodule", None)
         for name, pairs in (getattr(datamodule, "val_sets", None) or {}).items():
             if name not in self.val_metrics:
