@@ -254,7 +254,8 @@ def test_empty_shard_is_refused_with_the_numbers():
 def test_label_beyond_num_classes_is_refused():
     layer = ShardedFC(D, 5).train()
     with pytest.raises(ValueError, match=r"label 5 .* must be < num_classes=5"):
-        layer(torch.randn(3, D), torch.tensor([0, 5, 1]))
+        layer.check_labels(torch.tensor([0, 5, 1]))  # what a sharded forward runs on the gathered labels
+    layer.check_labels(torch.tensor([0, 4, -1]))
 
 
 def test_one_process_sharded_fc_is_partial_fc():

@@ -62,17 +62,17 @@ class ShardedFC(PartialFC):
         self.weight = nn.Parameter(self.weight.detach()[self.row_slice].clone())
 
     def check_labels(self, labels: Tensor) -> None:
-        """Labels >= C would silently find no centre on any rank: fail loudly (the same on every rank)."""
+        """Sharded, labels >= C would silently find no centre on any rank: fail loudly (on every rank alike,
+        as the labels are the gathered ones). One host sync per step; unsharded, indexing fails anyway."""
         if labels.numel() and int(labels.max()) >= self.num_classes:
             raise ValueError(f"label {int(labels.max())} in the training batch: must be < num_classes={self.num_classes}")
 
     def forward(self, embeddings: Tensor, labels: Tensor | None = None) -> tuple[Tensor, Tensor | None]:
-        if labels is not None and self.training:
-            self.check_labels(labels)
         if not self.is_sharded:
             return super().forward(embeddings, labels)
         if labels is None or not self.training:
             return self.logits(embeddings, self.weight), None
+        self.check_labels(labels)
         owned = (labels >= self.class_start) & (labels < self.class_stop)
         local = torch.where(owned, labels - self.class_start, torch.full_like(labels, -1))
         num_sample = max(1, int(round(self.sample_rate * self.num_local_classes)))
