@@ -6,6 +6,7 @@ Heads never own class weights, so any head works with any centres layer. Every l
 - `FullFC`: all C (× K sub-centres) centres every step.
 - `PartialFC`: insightface's Partial FC sampling: every step uses the centres of the classes present in
   the batch plus a random subset of the others (`sample_rate` of C), with labels remapped into the subset.
+- `ShardedFC` (sharded_centers.py): the same, with the classes split across DDP ranks (model parallel).
 """
 
 from __future__ import annotations
@@ -58,22 +59,28 @@ class PartialFC(FullFC):
         self.num_sample = max(1, int(round(sample_rate * num_classes)))
         self.last_sampled_classes: Tensor | None = None
 
-    def sample_classes(self, labels: Tensor) -> Tensor:
+    def sample_classes(self, labels: Tensor, num_classes: int | None = None, num_sample: int | None = None) -> Tensor:
         """Sorted class ids: all classes in `labels`, topped up with random others to `num_sample`."""
+        num_classes = self.num_classes if num_classes is None else num_classes
+        num_sample = self.num_sample if num_sample is None else num_sample
         positive = torch.unique(labels[labels >= 0])
-        if positive.numel() >= self.num_sample:
+        if positive.numel() >= num_sample:
             return positive
-        score = torch.rand(self.num_classes, device=labels.device)
+        score = torch.rand(num_classes, device=labels.device)
         score[positive] = 2.0  # positives always win the top-k
-        return torch.topk(score, self.num_sample, sorted=False).indices.sort().values
+        return torch.topk(score, num_sample, sorted=False).indices.sort().values
 
-    def forward(self, embeddings: Tensor, labels: Tensor | None = None) -> tuple[Tensor, Tensor | None]:
-        if labels is None or not self.training or self.num_sample >= self.num_classes:
-            return super().forward(embeddings, labels)
-        classes = self.sample_classes(labels)
+    def sampled_forward(self, embeddings: Tensor, labels: Tensor, num_classes: int, num_sample: int) -> tuple[Tensor, Tensor]:
+        """Cosines against the sampled classes of `self.weight` (which holds `num_classes` classes), labels remapped."""
+        classes = self.sample_classes(labels, num_classes, num_sample)
         self.last_sampled_classes = classes
         k = self.centers_per_class
         rows = (classes[:, None] * k + torch.arange(k, device=classes.device)).reshape(-1) if k > 1 else classes
         remapped = torch.searchsorted(classes, labels.clamp_min(0))
         remapped = torch.where(labels >= 0, remapped, labels)
         return self.logits(embeddings, self.weight[rows]), remapped
+
+    def forward(self, embeddings: Tensor, labels: Tensor | None = None) -> tuple[Tensor, Tensor | None]:
+        if labels is None or not self.training or self.num_sample >= self.num_classes:
+            return super().forward(embeddings, labels)
+        return self.sampled_forward(embeddings, labels, self.num_classes, self.num_sample)

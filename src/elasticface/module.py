@@ -2,6 +2,10 @@
 
 The module is built from plain config dicts (saved as hyperparameters), so `load_from_checkpoint(path)`
 rebuilds the exact model with no Hydra and no extra arguments, which eval.py and export rely on.
+
+With `ShardedFC` centres under DDP (`model=model_parallel`) each rank keeps a slice of the classes
+(see sharded_centers.py): the step gathers the global batch, the head sees this rank's columns, and
+the cross-entropy is reduced across ranks. Checkpoints still hold all centres.
 """
 
 from __future__ import annotations
@@ -10,12 +14,14 @@ from typing import Any
 
 import pytorch_lightning as pl
 import torch
-import torch.nn.functional as F
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 from torch import Tensor, nn
 
+from elasticface.distributed import ClassShard, rank_and_world, scale_grad
+from elasticface.loss import margin_softmax_loss
 from elasticface.metrics.verification import VerificationAccuracy, flip_fused_embeddings
+from elasticface.sharded_centers import ShardedFC
 
 
 def _plain(cfg: Any) -> Any:
@@ -69,19 +75,24 @@ class FaceRecognitionModule(pl.LightningModule):
     def training_step(self, batch: tuple[Tensor, ...], batch_idx: int) -> Tensor:
         images, labels = batch[0], batch[1]
         embeddings = self.embed(images)
-        cos, mapped = self.centers(embeddings, labels)
-        norms = embeddings.float().norm(dim=1) if getattr(self.head, "needs_norms", False) else None
-        logits = self.head(cos, mapped, norms)
-        loss = F.cross_entropy(logits, mapped, ignore_index=-1)
-        aux = getattr(self.head, "aux_loss", None)
-        if aux is not None:
-            loss = loss + aux
-            self.log("train/aux_loss", aux.detach(), on_step=True)
-        self.log("train/loss", loss.detach(), prog_bar=True, on_step=True)
-        self.log_batch_stats(cos, mapped, batch)
-        return loss
+        if self.sharded_centers:
+            # DDP averages the backbone's gradients over ranks, but the gathered batch already hands each
+            # rank the full dL/d(its embeddings): scale by world so the average is the exact gradient.
+            embeddings = scale_grad(embeddings, self.centers.world)
+        out = margin_softmax_loss(self.centers, self.head, embeddings, labels)
+        if out.aux is not None:
+            self.log("train/aux_loss", out.aux.detach(), on_step=True)
+        self.log("train/loss", out.loss.detach(), prog_bar=True, on_step=True)
+        self.log_batch_stats(out.cos, out.labels, batch, out.shard)
+        return out.loss
 
-    def log_batch_stats(self, cos: Tensor, labels: Tensor, batch: tuple[Tensor, ...]) -> None:
+    @property
+    def sharded_centers(self) -> bool:
+        """True when this rank holds only a slice of the class centres (ShardedFC under DDP)."""
+        return isinstance(self.centers, ShardedFC) and self.centers.is_sharded
+
+    def log_batch_stats(self, cos: Tensor, labels: Tensor, batch: tuple[Tensor, ...],
+                        shard: ClassShard | None = None) -> None:
         """Margins drawn this step, the target angles, and records the loader had to drop.
 
         Keeping only rows with a label (a boolean mask) syncs the device with the host, so the step
@@ -89,7 +100,10 @@ class FaceRecognitionModule(pl.LightningModule):
         """
         if getattr(self.head, "normalized", True):
             cos_y = cos.detach().gather(1, labels.clamp_min(0)[:, None]).squeeze(1)
-            self._theta_y, self._theta_valid = torch.acos(cos_y.clamp(-1.0, 1.0)), labels >= 0
+            valid = labels >= 0
+            if shard is not None:  # the target column of a row may live on another rank
+                cos_y, valid = shard.target_cos(cos_y, valid), shard.valid
+            self._theta_y, self._theta_valid = torch.acos(cos_y.clamp(-1.0, 1.0)), valid
         if len(batch) > 2:
             self.log("data/skipped_records", batch[2].float().sum(), on_step=False, on_epoch=True, reduce_fx="sum",
                      sync_dist=True)
@@ -125,6 +139,39 @@ class FaceRecognitionModule(pl.LightningModule):
         scheduler = instantiate(self.hparams.scheduler)(optimizer=optimizer,
                                                         total_steps=int(self.trainer.estimated_stepping_batches))
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
+
+    # -- sharded centres and checkpoints ---------------------------------------------------------------
+    _CENTERS_KEY = "centers.weight"
+
+    def configure_model(self) -> None:
+        """Keep this rank's slice of ShardedFC centres: after the process group exists, before a checkpoint
+        is restored, DDP wraps the module and the optimizer is built."""
+        rank, world = rank_and_world()
+        if isinstance(self.centers, ShardedFC) and world > 1:
+            self.centers.shard(rank, world)
+            # the shard is this rank's own: DDP must neither broadcast nor all-reduce it
+            self._ddp_params_and_buffers_to_ignore = [name for name, p in self.named_parameters()
+                                                      if p is self.centers.weight]
+
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        if isinstance(self.centers, ShardedFC):
+            optimizers = list(self._trainer.optimizers) if self._trainer is not None else []
+            self.centers.gather_checkpoint(checkpoint, self._CENTERS_KEY, optimizers)
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        """Refuse centres for another number of classes; keep this rank's rows of sharded centres."""
+        weight = checkpoint.get("state_dict", {}).get(self._CENTERS_KEY)
+        k = self.centers.centers_per_class
+        expected = self.hparams.num_classes * k
+        if weight is not None and weight.shape[0] != expected:
+            path = getattr(self._trainer, "ckpt_path", None) or "the checkpoint"
+            raise ValueError(
+                f"{path}: its class centres hold {weight.shape[0] // k} classes ({weight.shape[0]} rows of "
+                f"{self._CENTERS_KEY}) but the training data has num_classes={self.hparams.num_classes} "
+                f"({expected} rows with {k} centres per class)"
+            )
+        if isinstance(self.centers, ShardedFC):
+            self.centers.slice_checkpoint(checkpoint, self._CENTERS_KEY)
 
     # -- validation ----------------------------------------------------------------------------------
     def setup(self, stage: str) -> None:

@@ -4,8 +4,8 @@ Fixed: ``s = sqrt(2)·log(C - 1)``. Dynamic (default): every training step
 ``s ← log(B_avg) / cos(min(π/4, θ_med))``, with ``B_avg`` the mean over valid rows of
 ``Σ_{j≠y} exp(s_old·cos θ_j)`` and ``θ_med`` the median target angle. The current scale is the
 ``scale`` buffer (NaN until the first step sets the fixed value), so it survives checkpoints.
-Only training-mode calls update the scale. Under model parallelism ``B_avg`` is estimated from
-this shard's columns only.
+Only training-mode calls update the scale. With the class centres sharded across ranks, ``B_avg``,
+``θ_med`` and ``C`` are those of the global batch and all classes.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import torch
 from torch import Tensor
 
 from .base import MarginHead
-from .functional import gather_target, safe_acos
+from .functional import batch_logsumexp, batch_num_columns, batch_target_cos, gather_target, safe_acos
 
 
 def fixed_scale(num_classes: int) -> float:
@@ -40,7 +40,7 @@ class AdaCos(MarginHead):
         self.register_buffer("scale", torch.tensor(float("nan")))
 
     def _current(self, cos: Tensor) -> Tensor:
-        fixed = fixed_scale(self.num_classes or cos.shape[1])
+        fixed = fixed_scale(self.num_classes or batch_num_columns(cos))
         if not self.dynamic:
             return torch.tensor(fixed, dtype=cos.dtype, device=cos.device)
         cur = self.scale.to(cos.dtype)
@@ -55,8 +55,8 @@ class AdaCos(MarginHead):
             return cos * s_old
         with torch.no_grad():
             cos_y, valid, _ = gather_target(cos, labels)
-            z = cos * s_old
-            lse = torch.logsumexp(z, dim=1)
+            cos_y, valid = batch_target_cos(cos_y, valid)
+            lse = batch_logsumexp(cos * s_old)
             z_y = cos_y * s_old
             # log Σ_{j≠y} exp(z_j) = lse + log(1 - exp(z_y - lse)); -inf when the target dominates
             log_nt = lse + torch.log1p(-torch.exp((z_y - lse).clamp(max=0.0)).clamp(max=1.0 - 1e-12))

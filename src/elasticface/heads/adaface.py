@@ -14,7 +14,7 @@ import torch
 from torch import Tensor
 
 from .base import GuardedHead, check_range
-from .functional import margin_logits
+from .functional import batch_valid, margin_logits
 
 
 class AdaFace(GuardedHead):
@@ -54,7 +54,7 @@ class AdaFace(GuardedHead):
         z = ((safe - mean) / (std + self.eps) * self.h).clamp(-1.0, 1.0)
         g_angle = -self.m * z
         g_add = self.m + self.m * z
-        self._record_margins(g_angle, labels >= 0)
+        self._record_margins(g_angle, batch_valid(labels))
         return margin_logits(cos, labels, self.s, m2=g_angle, m3=g_add, guard=self.guard, gradient=self.gradient)
 
     def extra_repr(self) -> str:

@@ -3,7 +3,8 @@
 A negative with ``cos θ_j > cos(θ_y + m)`` becomes ``cos θ_j · (t + cos θ_j)``, where ``t`` is an EMA
 (momentum 0.01) of the batch's mean ``cos θ_y``: easy samples dominate early (t ≈ 0), hard ones
 later. ``t`` is a buffer. Default guard ``thmm`` and exact gradient, as in the paper's code.
-Rows with label -1 get neither the margin nor the curriculum.
+Rows with label -1 get neither the margin nor the curriculum. With the class centres sharded across
+ranks, the thresholds and ``t`` come from every row's ``cos θ_y`` (read from the rank owning its class).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import torch
 from torch import Tensor
 
 from .base import GuardedHead, check_range
-from .functional import gather_target, margin_target, put_target
+from .functional import batch_target_cos, gather_target, margin_target, put_target
 
 
 class CurricularFace(GuardedHead):
@@ -34,11 +35,12 @@ class CurricularFace(GuardedHead):
         cos_y, valid, cols = gather_target(cos, labels)
         target = margin_target(cos_y, m2=self.m, guard=self.guard, gradient=self.gradient)
         with torch.no_grad():
-            threshold = margin_target(cos_y, m2=self.m, guard="none")
-            threshold = torch.where(valid, threshold, torch.full_like(threshold, float("inf")))
+            all_cos_y, all_valid = batch_target_cos(cos_y, valid)
+            threshold = margin_target(all_cos_y, m2=self.m, guard="none")
+            threshold = torch.where(all_valid, threshold, torch.full_like(threshold, float("inf")))
             if self.training:
-                n = valid.sum()
-                mean = torch.where(valid, cos_y, torch.zeros_like(cos_y)).sum() / n.clamp_min(1)
+                n = all_valid.sum()
+                mean = torch.where(all_valid, all_cos_y, torch.zeros_like(all_cos_y)).sum() / n.clamp_min(1)
                 new_t = self.momentum * mean + (1.0 - self.momentum) * self.t.to(cos.dtype)
                 self.t.copy_(torch.where(n > 0, new_t, self.t.to(cos.dtype)).to(self.t.dtype))
         t = self.t.to(cos.dtype)

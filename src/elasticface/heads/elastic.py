@@ -13,6 +13,10 @@ ElasticArcFace: target ``s * cos(θ_y + m_i)``; ElasticCosFace: target ``s * (co
 - ``rank_scope="global"`` ranks over the whole DDP batch (all ranks' ``cos θ_y`` and draws are
   gathered; every rank must have the same batch size) and keeps this rank's slice; without an
   initialised process group it is the same as ``"local"``.
+- With class centres sharded across ranks (``model=model_parallel``) the head already sees the global
+  batch: every rank draws the same margins (the stream of rank 0, as one process over the
+  concatenated batch would) and "+" ranks all rows by their ``cos θ_y``, read from the rank that
+  owns each class (``rank_scope`` does not matter then).
 
 Only rows with ``labels >= 0`` take part; everything is O(B) and free of host syncs.
 
@@ -35,8 +39,10 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
+from elasticface.distributed import active_shard, rank_and_world
+
 from .base import GuardedHead, check_choice, check_range
-from .functional import gather_target, margin_logits
+from .functional import batch_target_cos, batch_valid, gather_target, margin_logits
 
 _MASK64 = (1 << 64) - 1
 
@@ -51,12 +57,6 @@ def _splitmix64(x: int) -> int:
 def stream_seed(seed: int, rank: int, step: int) -> int:
     """A well-mixed 63-bit seed for draw ``step`` of ``rank`` in the stream ``seed``."""
     return _splitmix64(_splitmix64(_splitmix64(seed & _MASK64) ^ rank) ^ step) & ((1 << 63) - 1)
-
-
-def _dist_rank_world() -> tuple[int, int]:
-    if dist.is_available() and dist.is_initialized():
-        return dist.get_rank(), dist.get_world_size()
-    return 0, 1
 
 
 def rank_assign(draws: Tensor, cos_y: Tensor, valid: Tensor, mode: str = "paper") -> Tensor:
@@ -127,7 +127,7 @@ class _ElasticBase(GuardedHead):
         """Draw ``n`` margins from N(m, σ) (truncated if asked) for this rank's next step."""
         if self.seed is None:
             self.seed = torch.initial_seed()
-        rank, _ = _dist_rank_world()
+        rank = 0 if active_shard() is not None else rank_and_world()[0]
         gen = torch.Generator().manual_seed(stream_seed(self.seed, rank, self.step))
         self.step += 1
         if self.sigma == 0.0:
@@ -149,8 +149,11 @@ class _ElasticBase(GuardedHead):
         """Apply the '+' rule (if enabled) locally or over the global DDP batch."""
         if not self.plus:
             return draws
+        if active_shard() is not None:
+            key, valid = batch_target_cos(cos_y, valid)
+            return rank_assign(draws, key, valid, self.plus_assignment)
         key = cos_y.detach()
-        rank, world = _dist_rank_world()
+        rank, world = rank_and_world()
         if self.rank_scope == "global" and world > 1:
             b = key.numel()
             packed = torch.stack([key, draws.to(key.dtype), valid.to(key.dtype)])
@@ -170,10 +173,10 @@ class _ElasticBase(GuardedHead):
         draws = self.sample_margins(labels.numel(), cos.device)
         if self.sigma == 0.0:
             # exactly the fixed-margin head: the same float arithmetic as ArcFace / CosFace
-            self._record_margins(draws, valid)
+            self._record_margins(draws, batch_valid(labels))
             return self._with_margins(cos, labels, self.m)
         margins = self.assign(draws, cos_y, valid).to(cos.dtype)
-        self._record_margins(margins, valid)
+        self._record_margins(margins, batch_valid(labels))
         return self._with_margins(cos, labels, margins)
 
     def extra_repr(self) -> str:

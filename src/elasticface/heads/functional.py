@@ -26,6 +26,8 @@ from typing import Any, Callable, Literal, Union
 import torch
 from torch import Tensor
 
+from elasticface.distributed import active_shard
+
 Guard = Literal["none", "easy", "thmm", "clip", "continuous"]
 Gradient = Literal["exact", "straight_through"]
 GUARDS: tuple[str, ...] = ("none", "easy", "thmm", "clip", "continuous")
@@ -105,6 +107,42 @@ def gather_target(cos: Tensor, labels: Tensor) -> tuple[Tensor, Tensor, Tensor]:
     cols = labels.clamp(min=0)
     cos_y = cos.gather(1, cols.unsqueeze(1)).squeeze(1)
     return cos_y, valid, cols
+
+
+def batch_target_cos(cos_y: Tensor, valid: Tensor) -> tuple[Tensor, Tensor]:
+    """``(cos θ_y, valid)`` of every row of the batch, detached, for batch statistics and thresholds.
+
+    With class centres sharded across ranks (:func:`elasticface.distributed.use_shard`) a row's target
+    column may live on another rank: its ``cos θ_y`` is read from there, and ``valid`` marks every row
+    with a label anywhere. Otherwise it is ``gather_target``'s result.
+    """
+    shard = active_shard()
+    if shard is None:
+        return cos_y.detach(), valid
+    return shard.target_cos(cos_y, valid), shard.valid
+
+
+def batch_logsumexp(z: Tensor) -> Tensor:
+    """Row-wise logsumexp over all columns of every shard (detached): ``torch.logsumexp(z, 1)`` unsharded."""
+    shard = active_shard()
+    if shard is None:
+        return torch.logsumexp(z.detach(), dim=1)
+    row_max = shard.max(z.max(dim=1).values)
+    return shard.sum(torch.exp(z.detach() - row_max[:, None]).sum(dim=1)).log() + row_max
+
+
+def batch_num_columns(cos: Tensor) -> int:
+    """Number of class columns over all shards (``cos.shape[1]`` unsharded)."""
+    shard = active_shard()
+    if shard is None:
+        return cos.shape[1]
+    return int(shard.sum(torch.tensor(float(cos.shape[1]), device=cos.device)))
+
+
+def batch_valid(labels: Tensor) -> Tensor:
+    """Rows with a label, over all shards of the class dimension (``labels >= 0`` when unsharded)."""
+    shard = active_shard()
+    return labels >= 0 if shard is None else shard.valid
 
 
 def put_target(logits: Tensor, cols: Tensor, valid: Tensor, values: Tensor) -> Tensor:

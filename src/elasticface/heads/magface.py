@@ -14,7 +14,7 @@ import math
 from torch import Tensor
 
 from .base import GuardedHead, check_range
-from .functional import margin_logits
+from .functional import batch_valid, margin_logits
 
 
 class MagFace(GuardedHead):
@@ -47,7 +47,7 @@ class MagFace(GuardedHead):
         assert norms is not None
         a = norms.clamp(self.l_a, self.u_a)
         margins = self.margin_of(a)
-        valid = labels >= 0
+        valid = batch_valid(labels)
         self._record_margins(margins, valid)
         g = a / self.u_a**2 + 1.0 / a
         self.aux_loss = self.lambda_g * (g * valid).sum() / valid.sum().clamp_min(1)

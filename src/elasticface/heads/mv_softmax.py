@@ -15,7 +15,7 @@ import torch
 from torch import Tensor
 
 from .base import GuardedHead, check_choice, check_range
-from .functional import gather_target, margin_target, put_target
+from .functional import batch_target_cos, gather_target, margin_target, put_target
 
 
 class MVSoftmax(GuardedHead):
@@ -44,8 +44,9 @@ class MVSoftmax(GuardedHead):
         cos_y, valid, cols = gather_target(cos, labels)
         target = self._target(cos_y, self.guard, self.gradient)
         with torch.no_grad():
-            threshold = self._target(cos_y, "none", "exact")
-            threshold = torch.where(valid, threshold, torch.full_like(threshold, float("inf")))
+            all_cos_y, all_valid = batch_target_cos(cos_y, valid)
+            threshold = self._target(all_cos_y, "none", "exact")
+            threshold = torch.where(all_valid, threshold, torch.full_like(threshold, float("inf")))
         hard = cos > threshold.unsqueeze(1)
         logits = torch.where(hard, cos * (self.t + 1.0) + self.t, cos) * self.s
         return put_target(logits, cols, valid, target * self.s)
