@@ -75,7 +75,7 @@ def main(argv=None) -> int:
     ap.add_argument("--repeats", type=int, default=5)
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
-    from elasticface.data.recordio import RecordIODataset
+    from elasticface.data.recordio_dataset import RecordIODataset
 
     n = args.num_images
     jpegs = smooth_faces(n)

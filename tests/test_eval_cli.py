@@ -16,7 +16,7 @@ from hydra.core.global_hydra import GlobalHydra
 from PIL import Image
 from torch import nn
 
-from elasticface.data.pairs import write_bin
+from elasticface.data.pair_files import write_bin
 from elasticface.eval.export import export_onnx, export_torchscript
 
 ROOT = Path(__file__).resolve().parents[1]

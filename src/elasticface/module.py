@@ -15,6 +15,7 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 from torch import Tensor, nn
 
+from elasticface.data.faults import MIN_TRAIN_BATCH
 from elasticface.eval.verification import VerificationAccuracy
 
 
@@ -60,8 +61,10 @@ class FaceRecognitionModule(pl.LightningModule):
         return self.embed(images)
 
     # -- training ------------------------------------------------------------------------------------
-    def training_step(self, batch: tuple[Tensor, ...], batch_idx: int) -> Tensor:
+    def training_step(self, batch: tuple[Tensor, ...], batch_idx: int) -> Tensor | None:
         images, labels = batch[0], batch[1]
+        if images.shape[0] < MIN_TRAIN_BATCH:  # too few records left readable; counted by the DataModule
+            return None
         embeddings = self.embed(images)
         cos, mapped = self.centers(embeddings, labels)
         norms = embeddings.float().norm(dim=1) if getattr(self.head, "needs_norms", False) else None

@@ -13,6 +13,10 @@ import torch
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
+from elasticface.callbacks.divergence import DivergenceGuard, nonfinite_weights
+from elasticface.callbacks.loader_resume import ResumeLoaderState
+from elasticface.callbacks.preemption import Preemption
+from elasticface.callbacks.run_checkpoint import RunCheckpoint
 from elasticface.callbacks.throughput import Throughput
 from elasticface.data.datamodule import FaceDataModule
 from elasticface.data.pairs import PairSet
@@ -20,6 +24,7 @@ from elasticface.data.transforms import normalize
 from elasticface.eval.verification import VerificationAccuracy
 from elasticface.module import FaceRecognitionModule
 from elasticface.utils.checkpoint_io import AtomicCheckpointIO
+from elasticface.utils import resume
 from elasticface.utils.config import flatten, group_choices, validate_top_level
 
 log = logging.getLogger(__name__)
@@ -52,6 +57,9 @@ def build_trainer(cfg: DictConfig) -> tuple[pl.Trainer, Throughput]:
     if throughput is None:
         throughput = Throughput()
         callbacks.append(throughput)
+    if not any(isinstance(c, DivergenceGuard) for c in callbacks):  # divergence always fails the run
+        callbacks.append(DivergenceGuard(int((cfg.get("train") or {}).get("skip_nonfinite_steps", 0))))
+    callbacks.append(ResumeLoaderState())  # exact mid-epoch resume is not optional
     loggers = [instantiate(c) for c in (cfg.get("logger") or {}).values() if c is not None]
     trainer = instantiate(cfg.trainer, callbacks=callbacks, logger=loggers or False, plugins=[AtomicCheckpointIO()])
     return trainer, throughput
@@ -74,6 +82,13 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     output_dir = Path(cfg.paths.output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
 
+    checkpoint_dir = Path(OmegaConf.select(cfg, "callbacks.run_checkpoint.dirpath", default=None)
+                          or output_dir / "checkpoints")
+    ckpt_path, finished = resume.resolve(cfg.get("resume"), cfg.get("ckpt_path"), output_dir, checkpoint_dir)
+    if finished is not None:
+        print(format_summary(finished))
+        return finished
+
     datamodule: FaceDataModule = instantiate(cfg.data)
     datamodule.setup("fit")
     model = build_module(cfg, datamodule.num_classes)
@@ -85,7 +100,12 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     baselines = {name: pixel_baseline(pairs) for name, pairs in datamodule.val_sets.items()} if cfg.get("pixel_baseline") else {}
 
     started = time.perf_counter()
-    trainer.fit(model, datamodule=datamodule, ckpt_path=cfg.get("ckpt_path"))
+    trainer.fit(model, datamodule=datamodule, ckpt_path=ckpt_path)
+    preemption = next((c for c in trainer.callbacks if isinstance(c, Preemption)), None)
+    if preemption is not None and preemption.preempted:
+        log.warning("preempted at step %d: not finished, no summary.json; start it again with resume=auto "
+                    "(or ckpt_path=<last.ckpt>) to continue", trainer.global_step)
+        return {"preempted": True, "global_step": trainer.global_step, "val/acc_mean": {"best": None, "final": None}}
     if datamodule.val_sets and model.validated_at_step != trainer.global_step:
         # stopped between validations (max_steps mid-epoch, max_time): score the final weights too
         trainer.validate(model, datamodule=datamodule, verbose=False)
@@ -102,7 +122,14 @@ def make_summary(cfg: DictConfig, trainer: pl.Trainer, model: FaceRecognitionMod
                  train_seconds: float, throughput: Throughput, params: dict[str, Any]) -> dict[str, Any]:
     metrics = {k: float(v) for k, v in trainer.callback_metrics.items() if k.startswith("val/")}
     best = float(model.best_acc_mean)
-    checkpoint = trainer.checkpoint_callback
+    finite = not nonfinite_weights(model)
+    if not finite:  # never an accuracy for NaN weights
+        log.error("the final weights are not finite: no accuracy is reported")
+        metrics, best = {}, float("nan")
+    run_ckpt = next((c for c in trainer.checkpoint_callbacks if isinstance(c, RunCheckpoint)), None)
+    best_ckpt = next((c for c in trainer.checkpoint_callbacks
+                      if not isinstance(c, RunCheckpoint) and c.monitor == "val/acc_mean"), None)
+    best_score = getattr(best_ckpt, "best_model_score", None)
     summary: dict[str, Any] = {
         "val/acc_mean": {"best": best, "final": metrics.get("val/acc_mean")},
         "val/sets": {name: metrics.get(f"val/{name}/acc") for name in model.val_metrics},
@@ -116,8 +143,11 @@ def make_summary(cfg: DictConfig, trainer: pl.Trainer, model: FaceRecognitionMod
         "backbone": params.get("choice/backbone", cfg.model.backbone.get("name")),
         "data": params.get("choice/data", cfg.data.get("_target_")),
         "choices": {k[len("choice/"):]: v for k, v in params.items() if k.startswith("choice/")},
-        "best_checkpoint": getattr(checkpoint, "best_model_path", None) or None,
-        "last_checkpoint": getattr(checkpoint, "last_model_path", None) or None,
+        "weights_finite": finite,
+        # last_checkpoint holds step `global_step`; best_checkpoint the weights that scored best_checkpoint_acc
+        "last_checkpoint": getattr(run_ckpt, "last_model_path", None) or None,
+        "best_checkpoint": getattr(best_ckpt, "best_model_path", None) or None,
+        "best_checkpoint_acc": float(best_score) if best_score is not None else None,
         "output_dir": str(cfg.paths.output_dir),
     }
     return summary
