@@ -75,7 +75,7 @@ def main(argv=None) -> int:
     ap.add_argument("--repeats", type=int, default=5)
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
-    from elasticface.data.recordio import RecordIODataset
+    from elasticface.data.recordio_dataset import RecordIODataset
 
     n = args.num_images
     jpegs = smooth_faces(n)
@@ -106,22 +106,32 @@ def main(argv=None) -> int:
         ds_tv = RecordIODataset(rec, decoder="torchvision")
         ds_pil = RecordIODataset(rec, decoder="pil")
 
-        from elasticface.data.datamodule import collate_faces
+        from elasticface.data.datamodule import FaceDataModule, collate_faces
 
-        loader = torch.utils.data.DataLoader(ds_tv, batch_size=args.batch_size, shuffle=True, num_workers=args.workers,
-                                             collate_fn=collate_faces, persistent_workers=args.workers > 0)
+        plain = torch.utils.data.DataLoader(ds_tv, batch_size=args.batch_size, shuffle=True, num_workers=args.workers,
+                                            collate_fn=collate_faces, persistent_workers=args.workers > 0)
+        # what training uses: StatefulDataLoader + (seed, epoch) DistributedSampler, resumable mid-epoch
+        dm = FaceDataModule(train_dataset=lambda: ds_tv, batch_size=args.batch_size, num_workers=args.workers,
+                            persistent_workers=args.workers > 0, pin_memory=False)
+        dm.setup("fit")
+        loader = dm.train_dataloader()
 
-        def loader_loop():
-            for images, labels, _ in loader:
-                images.flip(-1)  # stands in for the batched flip the DataModule does on the device
+        def loop_over(dl):
+            def run():
+                for images, *_ in dl:
+                    images.flip(-1)  # stands in for the batched flip the DataModule does on the device
+            return run
 
+        loader_loop, plain_loop = loop_over(loader), loop_over(plain)
+        plain_loop()
         loader_loop()  # start the workers once, outside the measurement
         results = best_times({
             BASELINE: pil_baseline,
             "    torchvision decode_jpeg, in-memory bytes": tv_in_memory,
             "(b) RecordIODataset, torchvision decoder, 1 process": dataset_loop(ds_tv),
             "(b) RecordIODataset, PIL decoder, 1 process": dataset_loop(ds_pil),
-            f"(c) DataLoader, torchvision decoder, {args.workers} workers": loader_loop,
+            f"(c) torch DataLoader, torchvision decoder, {args.workers} workers": plain_loop,
+            f"(c) training loader (StatefulDataLoader), {args.workers} workers": loader_loop,
         }, args.repeats)
         del loader  # stops the persistent workers before the temporary files go
 

@@ -11,7 +11,8 @@ import pytest
 import torch
 from PIL import Image
 
-from elasticface.data.pairs import EncodedPairSet, PairSet, find_bin_sets, load_bin, pairs_from_list, write_bin
+from elasticface.data.pair_files import EncodedPairSet, find_bin_sets, load_bin, pairs_from_list, write_bin
+from elasticface.data.pairs import PairSet
 
 
 def jpeg(seed: int, size: int = 112) -> bytes:

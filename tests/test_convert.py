@@ -15,8 +15,9 @@ from PIL import Image
 
 from elasticface.data.convert import main, pairs_to_bin, recordio_to_folder, write_recordio
 from elasticface.data.folder import ImageFolderFaces
-from elasticface.data.pairs import load_bin
-from elasticface.data.recordio import RecordIODataset, read_record, unpack_header
+from elasticface.data.pair_files import load_bin
+from elasticface.data.recordio import read_record, unpack_header
+from elasticface.data.recordio_dataset import RecordIODataset
 
 MAGIC_B = struct.pack("<I", 0xCED7230A)
 
@@ -139,7 +140,7 @@ def test_data_configs_instantiate(which, folder, tmp_path):
         pairs_to_bin(str(pairs_to_bin_list), str(root), str(tmp_path / "rec" / f"{name}.bin"))
     cfg_path = os.path.join(os.path.dirname(__file__), "..", "configs", "data", f"{which}.yaml")
     data = OmegaConf.load(cfg_path)
-    cfg = OmegaConf.create({"data": data})
+    cfg = OmegaConf.create({"data": data, "seed": 0})  # data.seed: ${seed} comes from train.yaml
     cfg.data.root = str(tmp_path / "rec") if which == "recordio" else str(root)
     cfg.data.num_workers = 0
     cfg.data.batch_size = 4

@@ -3,6 +3,7 @@ import torch
 from torch.utils.data import Dataset
 
 from elasticface.data.datamodule import FaceDataModule, collate_faces
+from elasticface.data.faults import DroppedRecord
 from elasticface.data.transforms import normalize, random_hflip
 
 
@@ -17,7 +18,7 @@ class Tiny(Dataset):
 
     def __getitem__(self, i):
         if i in self.corrupt:
-            return None
+            return DroppedRecord("tiny.rec", str(i), "unreadable")
         return torch.full((3, 112, 112), i, dtype=torch.uint8), i % 3
 
 
@@ -39,8 +40,9 @@ def test_random_hflip_flips_each_image_independently():
 
 def test_collate_drops_and_counts_corrupt_records():
     data = Tiny(corrupt={1, 3})
-    images, labels, skipped = collate_faces([data[i] for i in range(5)])
+    images, labels, skipped, dropped = collate_faces([data[i] for i in range(5)])
     assert images.shape == (3, 3, 112, 112) and labels.tolist() == [0, 2, 1] and skipped.item() == 2
+    assert [(d.source, d.key) for d in dropped] == [("tiny.rec", "1"), ("tiny.rec", "3")]
 
 
 def test_batch_size_that_does_not_fit_names_the_key():
@@ -84,7 +86,7 @@ def test_identity_sampler_gives_k_images_per_identity_through_the_datamodule():
     dm.setup("fit")
     batches = list(dm.train_dataloader())
     assert batches
-    for _, labels, _ in batches:
+    for _, labels, *_ in batches:
         counts = torch.bincount(labels, minlength=6)
         assert labels.numel() == 8 and set(counts[counts > 0].tolist()) == {4}
 
@@ -125,6 +127,7 @@ def test_augment_applies_to_training_batches_only():
 
     class T:
         training = True
+        global_rank = global_step = 0
 
     dm.trainer = T()
     out = dm.on_after_batch_transfer((images, torch.tensor([0, 1])), 0)[0]

@@ -16,7 +16,7 @@ from hydra.core.global_hydra import GlobalHydra
 from PIL import Image
 from torch import nn
 
-from elasticface.data.pairs import write_bin
+from elasticface.data.pair_files import write_bin
 from elasticface.eval.export import export_onnx, export_torchscript
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -136,7 +136,7 @@ def test_training_validation_and_eval_embed_faces_identically(eval_data):
 
     from torch.utils.data import Subset
 
-    from elasticface.data.pairs import find_bin_sets
+    from elasticface.data.pair_files import find_bin_sets
     from elasticface.data.transforms import normalize
     from elasticface.eval.embed import embed_dataset
     from elasticface.metrics.verification import VerificationAccuracy

@@ -11,6 +11,7 @@ import torch
 from PIL import Image
 
 from elasticface.data.decode import CorruptImageError, DecodeStats, decode_image
+from elasticface.data.faults import DroppedRecord, FaultLedger, TooManyCorruptRecords
 from elasticface.data.folder import ImageFiles, ImageFolderFaces, folder_val_sets, list_images
 
 
@@ -71,9 +72,11 @@ def test_corrupt_image_skipped_then_limit(faces):
     (faces / "bob" / "4.jpg").write_bytes(b"")
     ds = ImageFolderFaces(str(faces), max_corrupt=1)
     idx = [i for i, p in enumerate(ds.paths) if p.endswith(("3.jpg", "4.jpg"))]
-    assert ds[idx[0]] is None and ds.num_corrupt == 1
-    with pytest.raises(RuntimeError, match="faces.*max_corrupt=1"):
-        ds[idx[1]]
+    ledger = FaultLedger(ds.max_corrupt)
+    ledger.add([ds[idx[0]], ds[idx[0]]])
+    assert isinstance(ds[idx[0]], DroppedRecord) and ds.num_corrupt == 1 and ledger.num_corrupt == 1
+    with pytest.raises(TooManyCorruptRecords, match=r"faces: keys bob/3\.jpg, bob/4\.jpg.*max_corrupt|max_corrupt=1.*faces: keys bob/3\.jpg, bob/4\.jpg"):
+        ledger.add([ds[idx[1]]])
 
 
 def test_decoders(faces):

@@ -13,12 +13,9 @@ import pytest
 import torch
 from PIL import Image
 
-from elasticface.data.recordio import (
-    RecordIODataset,
-    RecordIOWriter,
-    encode_record,
-    read_record,
-)
+from elasticface.data.recordio import RecordIOWriter, encode_record, read_record
+from elasticface.data.faults import DroppedRecord, FaultLedger, TooManyCorruptRecords
+from elasticface.data.recordio_dataset import RecordIODataset
 from elasticface.data.sampler import IdentityBatchSampler
 
 MAGIC = 0xCED7230A
@@ -224,9 +221,13 @@ def test_corrupt_jpeg_is_skipped_and_counted(tmp_path, caplog):
     write_files(tmp_path, records, "2,112,112\n")
     ds = RecordIODataset(str(tmp_path))
     with caplog.at_level(logging.WARNING):
-        assert ds[0] is not None and ds[1] is None and ds[2] is None
+        assert ds[0] is not None and isinstance(ds[1], DroppedRecord) and isinstance(ds[2], DroppedRecord)
     assert ds.num_corrupt == 2 and ds.corrupt_keys == [1, 2]
-    assert "key 1" in caplog.text and "train.rec" in caplog.text
+    dropped = ds[1]
+    assert dropped.source.endswith("train.rec") and dropped.key == "1" and "decode" in dropped.reason
+    with caplog.at_level(logging.WARNING):
+        FaultLedger(10).add([dropped])  # logged once, where the run counts it
+    assert "corrupt record 1" in caplog.text and "train.rec" in caplog.text
 
 
 def test_wrong_magic(tmp_path):
@@ -237,7 +238,7 @@ def test_wrong_magic(tmp_path):
         f.seek(offsets[4])
         f.write(b"\xde\xad\xbe\xef")
     ds = RecordIODataset(root)
-    assert ds[3] is None and ds.corrupt_keys == [4]
+    assert isinstance(ds[3], DroppedRecord) and ds.corrupt_keys == [4]
     assert ds[4] is not None
 
 
@@ -254,7 +255,7 @@ def test_idx_offset_past_end(tmp_path):
     lines[5] = "5\t99999999"
     open(idx, "w").write("\n".join(lines) + "\n")
     ds = RecordIODataset(root)  # legacy: labels from ranges, the record fails when read
-    assert ds[4] is None and ds.corrupt_keys == [5]
+    assert isinstance(ds[4], DroppedRecord) and ds.corrupt_keys == [5]
 
 
 def test_truncated_rec(tmp_path):
@@ -266,7 +267,7 @@ def test_truncated_rec(tmp_path):
         f.truncate(size - 100)  # the last record loses its tail
     ds = RecordIODataset(str(tmp_path))
     assert len(ds) == 4
-    assert ds[2] is not None and ds[3] is None and ds.corrupt_keys == [3]
+    assert ds[2] is not None and isinstance(ds[3], DroppedRecord) and ds.corrupt_keys == [3]
     # legacy layout truncated inside the identity ranges: labels fall back to the image headers
     root, _, labels = legacy_root(tmp_path / "legacy")
     rec = os.path.join(root, "train.rec")
@@ -288,17 +289,19 @@ def test_label_out_of_range(tmp_path):
                (2, whole(ifqq(0, 9.0, 2) + jp)), (3, whole(ifqq(2, 0.0, 3, 0, [1, 3])))]
     write_files(tmp_path / "legacy", records, "1,112,112\n")
     ds = RecordIODataset(str(tmp_path / "legacy"))
-    assert ds[0] is not None and ds[1] is None and ds.corrupt_keys == [2]
+    assert ds[0] is not None and isinstance(ds[1], DroppedRecord) and ds.corrupt_keys == [2]
 
 
 def test_too_many_corrupt_records_raise_naming_file(tmp_path):
     jp = smooth_jpeg(0)
     write_files(tmp_path, [(k, whole(ifqq(0, 0.0, k) + (jp if k == 0 else b"junk"))) for k in range(6)], "1,112,112\n")
     ds = RecordIODataset(str(tmp_path), max_corrupt=3)
-    for i in range(1, 4):
-        assert ds[i] is None
-    with pytest.raises(RuntimeError, match=r"train\.rec.*4 corrupt records.*max_corrupt=3"):
-        ds[4]
+    ledger = FaultLedger(ds.max_corrupt)
+    for _ in range(3):  # every epoch reads the same bad records again: still 3 distinct
+        ledger.add([ds[i] for i in range(1, 4)])
+    assert ledger.num_corrupt == 3
+    with pytest.raises(TooManyCorruptRecords, match=r"4 distinct corrupt records.*max_corrupt=3.*train\.rec: keys 1, 2, 3, 4"):
+        ledger.add([ds[4]])
 
 
 # ---------------------------------------------------------------------------------------------- sampler & dali

@@ -15,6 +15,10 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
 from elasticface.callbacks.progress import progress_bar
+from elasticface.callbacks.divergence import DivergenceGuard, nonfinite_weights
+from elasticface.callbacks.loader_resume import ResumeLoaderState
+from elasticface.callbacks.preemption import Preemption
+from elasticface.callbacks.run_checkpoint import RunCheckpoint
 from elasticface.callbacks.throughput import Throughput
 from elasticface.data.datamodule import FaceDataModule
 from elasticface.data.pairs import PairSet
@@ -22,6 +26,7 @@ from elasticface.data.transforms import normalize
 from elasticface.metrics.verification import VerificationAccuracy
 from elasticface.module import FaceRecognitionModule
 from elasticface.utils.checkpoint_io import AtomicCheckpointIO
+from elasticface.utils import resume
 from elasticface.utils.config import flatten, group_choices, validate_top_level
 from elasticface.utils.console import print_config_tree, quiet_lightning_tips
 
@@ -44,7 +49,8 @@ def build_module(cfg: DictConfig, num_classes: int) -> FaceRecognitionModule:
 
 
 def build_callbacks(cfg: DictConfig, has_logger: bool) -> list[pl.Callback]:
-    """The configured callbacks, each node checked, plus what the job itself needs (throughput, progress)."""
+    """The configured callbacks, each node checked, plus what the job itself needs: throughput, the
+    divergence guard, the loader's resume state and a progress display."""
     callbacks = []
     for key, node in (cfg.get("callbacks") or {}).items():
         if node is None:
@@ -58,6 +64,9 @@ def build_callbacks(cfg: DictConfig, has_logger: bool) -> list[pl.Callback]:
         callbacks.append(callback)
     if not any(isinstance(c, Throughput) for c in callbacks):
         callbacks.append(Throughput())
+    if not any(isinstance(c, DivergenceGuard) for c in callbacks):  # divergence always fails the run
+        callbacks.append(DivergenceGuard(int((cfg.get("train") or {}).get("skip_nonfinite_steps", 0))))
+    callbacks.append(ResumeLoaderState())  # exact mid-epoch resume is not optional
     if cfg.trainer.get("enable_progress_bar", True) and not any(isinstance(c, ProgressBar) for c in callbacks):
         callbacks.append(progress_bar(log_every_n_steps=cfg.trainer.get("log_every_n_steps") or 10))
     return callbacks
@@ -89,6 +98,13 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     output_dir = Path(cfg.paths.output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
 
+    checkpoint_dir = Path(OmegaConf.select(cfg, "callbacks.run_checkpoint.dirpath", default=None)
+                          or output_dir / "checkpoints")
+    ckpt_path, finished = resume.resolve(cfg.get("resume"), cfg.get("ckpt_path"), output_dir, checkpoint_dir)
+    if finished is not None:
+        log.info(format_summary(finished))
+        return finished
+
     datamodule: FaceDataModule = instantiate(cfg.data)
     datamodule.setup("fit")
     model = build_module(cfg, datamodule.num_classes)
@@ -100,7 +116,12 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     baselines = {name: pixel_baseline(pairs) for name, pairs in datamodule.val_sets.items()} if cfg.get("pixel_baseline") else {}
 
     started = time.perf_counter()
-    trainer.fit(model, datamodule=datamodule, ckpt_path=cfg.get("ckpt_path"))
+    trainer.fit(model, datamodule=datamodule, ckpt_path=ckpt_path)
+    preemption = next((c for c in trainer.callbacks if isinstance(c, Preemption)), None)
+    if preemption is not None and preemption.preempted:
+        log.warning("preempted at step %d: not finished, no summary.json; start it again with resume=auto "
+                    "(or ckpt_path=<last.ckpt>) to continue", trainer.global_step)
+        return {"preempted": True, "global_step": trainer.global_step, "val/acc_mean": {"best": None, "final": None}}
     if datamodule.val_sets and model.validated_at_step != trainer.global_step:
         # stopped between validations (max_steps mid-epoch, max_time): score the final weights too
         trainer.validate(model, datamodule=datamodule, verbose=False)
@@ -117,7 +138,14 @@ def make_summary(cfg: DictConfig, trainer: pl.Trainer, model: FaceRecognitionMod
                  train_seconds: float, throughput: Throughput, params: dict[str, Any]) -> dict[str, Any]:
     metrics = {k: float(v) for k, v in trainer.callback_metrics.items() if k.startswith("val/")}
     best = float(model.best_acc_mean)
-    checkpoint = trainer.checkpoint_callback
+    finite = not nonfinite_weights(model)
+    if not finite:  # never an accuracy for NaN weights
+        log.error("the final weights are not finite: no accuracy is reported")
+        metrics, best = {}, float("nan")
+    run_ckpt = next((c for c in trainer.checkpoint_callbacks if isinstance(c, RunCheckpoint)), None)
+    best_ckpt = next((c for c in trainer.checkpoint_callbacks
+                      if not isinstance(c, RunCheckpoint) and c.monitor == "val/acc_mean"), None)
+    best_score = getattr(best_ckpt, "best_model_score", None)
     summary: dict[str, Any] = {
         "val/acc_mean": {"best": best, "final": metrics.get("val/acc_mean")},
         "val/sets": {name: metrics.get(f"val/{name}/acc") for name in model.val_metrics},
@@ -131,8 +159,11 @@ def make_summary(cfg: DictConfig, trainer: pl.Trainer, model: FaceRecognitionMod
         "backbone": params.get("choice/backbone", cfg.model.backbone.get("name")),
         "data": params.get("choice/data", cfg.data.get("_target_")),
         "choices": {k[len("choice/"):]: v for k, v in params.items() if k.startswith("choice/")},
-        "best_checkpoint": getattr(checkpoint, "best_model_path", None) or None,
-        "last_checkpoint": getattr(checkpoint, "last_model_path", None) or None,
+        "weights_finite": finite,
+        # last_checkpoint holds step `global_step`; best_checkpoint the weights that scored best_checkpoint_acc
+        "last_checkpoint": getattr(run_ckpt, "last_model_path", None) or None,
+        "best_checkpoint": getattr(best_ckpt, "best_model_path", None) or None,
+        "best_checkpoint_acc": float(best_score) if best_score is not None else None,
         "output_dir": str(cfg.paths.output_dir),
     }
     return summary

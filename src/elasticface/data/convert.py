@@ -24,13 +24,8 @@ from PIL import Image
 
 from elasticface.data.decode import CorruptImageError, decode_image, encode_jpeg, image_format
 from elasticface.data.folder import IMAGE_EXTENSIONS, scan_image_folder
-from elasticface.data.recordio import (
-    CorruptRecordError,
-    RecordIODataset,
-    RecordIOWriter,
-    pack_header,
-    scan_records,
-)
+from elasticface.data.recordio import CorruptRecordError, RecordIOWriter, pack_header, scan_records
+from elasticface.data.recordio_dataset import RecordIODataset
 
 log = logging.getLogger(__name__)
 
@@ -129,7 +124,7 @@ def recordio_to_folder(rec_root: str, out_dir: str, prefix: str = "train", max_c
 
 def pairs_to_bin(pairs_file: str, image_root: str, out_path: str, image_size: int = 112, quality: int = 95) -> dict[str, int]:
     """A pair list (`path1 path2 0|1`) -> insightface `.bin`; 112x112 JPEGs are stored byte for byte."""
-    from elasticface.data.pairs import pairs_from_list, write_bin
+    from elasticface.data.pair_files import pairs_from_list, write_bin
 
     pairs = pairs_from_list(pairs_file, image_root, image_size=image_size)
     images = []

@@ -18,7 +18,7 @@ from collections.abc import Iterator
 
 import torch
 
-from elasticface.data.recordio import RecordIODataset
+from elasticface.data.recordio_dataset import RecordIODataset
 
 
 def require_dali():

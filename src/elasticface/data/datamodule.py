@@ -2,36 +2,53 @@
 
 Datasets hand out raw uint8 images; the flip and the [-1, 1] scaling run on the device after transfer
 (`on_after_batch_transfer`), so workers only decode and the host-to-device copy is 4x smaller.
+
+Exact resume: the training loader is torchdata's StatefulDataLoader (Lightning 2.6 checkpoints the
+`state_dict()` of such loaders and restores it mid-epoch, worker processes included), the shuffle is a
+pure function of (seed, epoch), and every training step draws its random numbers (flip, augmentation,
+dropout, sampled centres) from a torch RNG reseeded from (seed, rank, step). So a run resumed from any
+step's checkpoint sees the same samples, flips and margins as the run that was never stopped.
 """
 
 from __future__ import annotations
 
 import logging
+import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import pytorch_lightning as pl
 import torch
-from torch.utils.data import DataLoader, Dataset, Sampler
+from torch.utils.data import DataLoader, Dataset, DistributedSampler, Sampler
+from torchdata.stateful_dataloader import StatefulDataLoader
 
+from elasticface.data.faults import MIN_TRAIN_BATCH, DroppedRecord, FaultLedger
 from elasticface.data.pairs import PairSet
 from elasticface.data.transforms import BatchAugment, normalize, random_hflip, resize
+from elasticface.heads.elastic import stream_seed
 
 log = logging.getLogger(__name__)
+# torchdata 0.11 calls a torch API that torch 2.14 deprecated, once per loader: noise, not a user problem
+warnings.filterwarnings("ignore", message="'set_vital' is deprecated", category=UserWarning)
 
 
-def collate_faces(samples: Sequence[tuple[torch.Tensor, int] | None]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Stack (image, label) samples, dropping the None a dataset returns for a corrupt record.
+Batch = tuple[torch.Tensor, torch.Tensor, torch.Tensor, list[DroppedRecord]]
 
-    The third element counts the dropped records so the training loop can log them.
+
+def collate_faces(samples: Sequence[tuple[torch.Tensor, int] | DroppedRecord | None]) -> Batch:
+    """Stack (image, label) samples, dropping what a dataset returns for a corrupt record.
+
+    The third element counts the dropped records (logged by the module), the fourth names them (counted
+    once per record over the run by the DataModule's FaultLedger).
     """
-    kept = [s for s in samples if s is not None]
+    kept = [s for s in samples if s is not None and not isinstance(s, DroppedRecord)]
+    dropped = [s for s in samples if isinstance(s, DroppedRecord)]
     skipped = torch.tensor(len(samples) - len(kept))
     if not kept:
-        return torch.empty(0, 3, 112, 112, dtype=torch.uint8), torch.empty(0, dtype=torch.long), skipped
+        return torch.empty(0, 3, 112, 112, dtype=torch.uint8), torch.empty(0, dtype=torch.long), skipped, dropped
     images = torch.stack([s[0] for s in kept])
     labels = torch.as_tensor([int(s[1]) for s in kept], dtype=torch.long)
-    return images, labels, skipped
+    return images, labels, skipped, dropped
 
 
 class FaceDataModule(pl.LightningDataModule):
@@ -62,6 +79,7 @@ class FaceDataModule(pl.LightningDataModule):
         decoder: str | None = None,
         num_classes: int | None = None,
         image_size: int | None = None,
+        seed: int = 0,
     ) -> None:
         super().__init__()
         if batch_size < 1:
@@ -85,13 +103,20 @@ class FaceDataModule(pl.LightningDataModule):
         self.expected_num_classes = num_classes
         self.root = root
         self.decoder = decoder
+        self.seed = int(seed)
         self.train_set: Dataset | None = None
         self.val_sets: dict[str, PairSet] = {}
+        self.faults = FaultLedger()
 
     def setup(self, stage: str | None = None) -> None:
         if self.train_set is None and stage in (None, "fit"):
             self.train_set = self.train_factory()
             self.check_train_set(self.train_set)
+            self.faults.max_corrupt = int(getattr(self.train_set, "max_corrupt", self.faults.max_corrupt))
+            # records the dataset dropped while scanning its index count toward the same run-wide limit
+            source = str(getattr(self.train_set, "rec_path", ""))
+            self.faults.add([DroppedRecord(source, str(key), "dropped while scanning the index")
+                             for key in getattr(self.train_set, "corrupt_keys", [])])
         if not self.val_sets and self.val_factory is not None:
             self.val_sets = dict(self.val_factory())
 
@@ -123,7 +148,7 @@ class FaceDataModule(pl.LightningDataModule):
         trainer = self.trainer
         return (trainer.world_size, trainer.global_rank) if trainer is not None else (1, 0)
 
-    def train_dataloader(self) -> DataLoader | Any:
+    def train_dataloader(self) -> StatefulDataLoader | Any:
         assert self.train_set is not None, "call setup('fit') first"
         world_size, rank = self.distributed_rank()
         if self.decoder == "dali":
@@ -134,9 +159,12 @@ class FaceDataModule(pl.LightningDataModule):
         if self.sampler_factory is not None:
             # identity-aware batches: the sampler shards across ranks itself (trainer.use_distributed_sampler=false)
             sampler = self.sampler_factory(self.train_set, batch_size=self.batch_size, num_replicas=world_size, rank=rank)
-            return DataLoader(self.train_set, batch_sampler=sampler, collate_fn=collate_faces, **self.loader_kwargs())
-        return DataLoader(self.train_set, batch_size=self.batch_size, shuffle=True, drop_last=self.drop_last,
-                          collate_fn=collate_faces, **self.loader_kwargs())
+            return StatefulDataLoader(self.train_set, batch_sampler=sampler, collate_fn=collate_faces,
+                                      **self.loader_kwargs())
+        # the epoch's order is a function of (seed, epoch): Lightning calls set_epoch; the same rule on 1 or N ranks
+        shuffle = DistributedSampler(self.train_set, num_replicas=world_size, rank=rank, shuffle=True, seed=self.seed)
+        return StatefulDataLoader(self.train_set, batch_size=self.batch_size, sampler=shuffle, drop_last=self.drop_last,
+                                  collate_fn=collate_faces, **self.loader_kwargs())
 
     def val_dataloader(self) -> list[DataLoader]:
         return [DataLoader(pairs, batch_size=self.val_batch_size, shuffle=False, **self.loader_kwargs())
@@ -145,6 +173,14 @@ class FaceDataModule(pl.LightningDataModule):
     def on_after_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
         images, rest = batch[0], tuple(batch[1:])
         training = self.trainer is not None and self.trainer.training
+        if training:
+            trainer = self.trainer
+            # every random draw of step s (flip, augmentation, dropout, sampled centres) from (seed, rank, s)
+            torch.manual_seed(stream_seed(self.seed, trainer.global_rank, trainer.global_step))
+            if len(batch) > 3:
+                self.faults.add(batch[3])
+                if images.shape[0] < MIN_TRAIN_BATCH:
+                    self.faults.skipped_small_batch(images.shape[0], len(batch[3]))
         if not images.is_floating_point():  # DALI batches arrive flipped and scaled already
             if training and self.hflip:
                 images = random_hflip(images)
@@ -152,3 +188,9 @@ class FaceDataModule(pl.LightningDataModule):
         if self.image_size is not None:
             images = resize(images, self.image_size)
         return (self.augment(images) if training else images, *rest)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"faults": self.faults.state_dict()}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self.faults.load_state_dict(state_dict.get("faults", {}))

@@ -16,6 +16,7 @@ import torch
 from torch.utils.data import Dataset
 
 from elasticface.data.decode import CorruptImageError, DecodeStats, decode_image, resize_uint8
+from elasticface.data.faults import DroppedRecord
 from elasticface.data.pairs import PairSet
 
 log = logging.getLogger(__name__)
@@ -55,7 +56,8 @@ class ImageFolderFaces(Dataset):
     """Training faces from `root/<identity>/<image>`; item = (uint8 [3, S, S] RGB tensor, label).
 
     Any format PIL reads; grey becomes RGB; other sizes are resized and counted (`stats.resized`).
-    Unreadable files yield None, are logged and counted; more than `max_corrupt` raises.
+    An unreadable file yields a `DroppedRecord`; the training loop counts each once over the whole run and
+    stops past `max_corrupt`.
     """
 
     def __init__(
@@ -76,27 +78,26 @@ class ImageFolderFaces(Dataset):
         self.decoder = decoder
         self.image_size = image_size
         self.stats = DecodeStats()
-        self.num_corrupt = 0
-        self.corrupt_paths: list[str] = []
+        self.corrupt_paths: list[str] = []  # distinct unreadable images met in this process
+
+    @property
+    def num_corrupt(self) -> int:
+        return len(self.corrupt_paths)
 
     def __len__(self) -> int:
         return len(self.paths)
 
-    def __getitem__(self, index: int) -> tuple[torch.Tensor, int] | None:
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, int] | DroppedRecord:
         path = self.paths[index]
         try:
             with open(path, "rb") as f:
                 data = f.read()
             img = decode_image(data, self.decoder, self.image_size, self.stats)
         except (OSError, CorruptImageError) as exc:
-            self.num_corrupt += 1
-            self.corrupt_paths.append(path)
-            log.warning("%s: skipping unreadable image %s: %s (%d skipped in this process, limit %d)",
-                        self.root, path, exc, self.num_corrupt, self.max_corrupt)
-            if self.num_corrupt > self.max_corrupt:
-                raise RuntimeError(f"{self.root}: {self.num_corrupt} unreadable images (limit max_corrupt="
-                                   f"{self.max_corrupt}); last was {path}: {exc}") from exc
-            return None
+            if path not in self.corrupt_paths:
+                self.corrupt_paths.append(path)
+            # counted once per image over the whole run, all workers, by the DataModule's FaultLedger
+            return DroppedRecord(self.root, os.path.relpath(path, self.root), str(exc))
         return img, int(self.labels[index])
 
     def __repr__(self) -> str:
@@ -148,7 +149,7 @@ def folder_val_sets(pairs_file: str | None = None, image_root: str | None = None
     """Validation sets for a folder dataset: {} without a pairs file, else one set from the pair list."""
     if not pairs_file:
         return {}
-    from elasticface.data.pairs import pairs_from_list
+    from elasticface.data.pair_files import pairs_from_list
 
     root = image_root if image_root else os.path.dirname(os.path.abspath(pairs_file))
     return {name: pairs_from_list(pairs_file, root, name, image_size=image_size)}

@@ -29,7 +29,7 @@ def _output_dir(cfg: DictConfig, output_dir: str | None) -> str:
 
 def verification_sets(cfg: DictConfig) -> dict[str, Any]:
     """The pair sets named by the config: `.bin` files under data.val_root and/or a pairs file."""
-    from elasticface.data.pairs import find_bin_sets, pairs_from_list
+    from elasticface.data.pair_files import find_bin_sets, pairs_from_list
 
     sets: dict[str, Any] = {}
     data = cfg.get("data") or {}

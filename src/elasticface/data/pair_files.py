@@ -1,0 +1,212 @@
+"""Verification pairs stored in files: insightface `.bin` sets and `path1 path2 0|1` pairs lists.
+
+Both become an `EncodedPairSet` (a `PairSet` that keeps images encoded and decodes per item).
+"""
+
+from __future__ import annotations
+
+import io
+import logging
+import os
+import pickle
+from collections.abc import Sequence
+
+import numpy as np
+import torch
+
+from elasticface.data.decode import DecodeStats, array_to_tensor, decode_image, encode_jpeg
+from elasticface.data.pairs import PairSet
+
+_log = logging.getLogger(__name__)
+
+KNOWN_BIN_SETS = ("lfw", "agedb_30", "cfp_fp", "calfw", "cplfw", "cfp_ff", "vgg2_fp")
+
+
+class EncodedPairSet(PairSet):
+    """Pairs kept encoded (JPEG bytes, paths to image files, or raw HWC arrays) and decoded per item.
+
+    A 6,000-pair set is ~30 MB encoded against ~450 MB decoded, and decoding happens in loader workers.
+    """
+
+    def __init__(self, name: str, images: Sequence[bytes | str | np.ndarray], issame: np.ndarray | list[bool],
+                 image_size: int | None = 112, decoder: str = "torchvision", source: str | None = None) -> None:
+        super().__init__(name, issame)
+        if len(images) != 2 * self.num_pairs:
+            raise ValueError(f"pair set '{name}'{f' ({source})' if source else ''}: {len(images)} images for "
+                             f"{self.num_pairs} pairs; expected {2 * self.num_pairs}")
+        self.images = list(images)
+        self.image_size = image_size
+        self.decoder = decoder
+        self.source = source
+        self.stats = DecodeStats()
+
+    def load_image(self, index: int) -> torch.Tensor:
+        item = self.images[index]
+        if isinstance(item, np.ndarray) and item.ndim >= 2:
+            return array_to_tensor(item, self.image_size, self.stats)
+        if isinstance(item, str):
+            with open(item, "rb") as f:
+                item = f.read()
+        try:
+            return decode_image(item, self.decoder, self.image_size, self.stats)
+        except ValueError as exc:
+            # evaluation must not silently drop a pair: a bad image is an error naming set and index
+            raise ValueError(f"pair set '{self.name}' ({self.source or 'memory'}): image {index} is unreadable: {exc}") from exc
+
+    def raw(self, index: int) -> bytes:
+        """The encoded bytes of image `index` (what a `.bin` stores)."""
+        item = self.images[index]
+        if isinstance(item, str):
+            with open(item, "rb") as f:
+                return f.read()
+        if isinstance(item, np.ndarray):
+            return encode_jpeg(item) if item.ndim >= 2 else item.tobytes()
+        return bytes(item)
+
+
+class _BinUnpickler(pickle.Unpickler):
+    """Unpickler that only builds containers, bytes and numpy arrays: a `.bin` cannot run code."""
+
+    _ALLOWED = {
+        ("numpy.core.multiarray", "_reconstruct"), ("numpy._core.multiarray", "_reconstruct"),
+        ("numpy.core.multiarray", "scalar"), ("numpy._core.multiarray", "scalar"),
+        ("numpy", "ndarray"), ("numpy", "dtype"), ("numpy.core.numeric", "_frombuffer"),
+        ("numpy._core.numeric", "_frombuffer"), ("_codecs", "encode"),
+        ("builtins", "bytearray"), ("__builtin__", "bytearray"), ("builtins", "bytes"),
+    }
+
+    def find_class(self, module: str, name: str):
+        if (module, name) in self._ALLOWED:
+            if module.startswith("numpy.core") and hasattr(np, "_core"):
+                module = module.replace("numpy.core", "numpy._core", 1)
+            return super().find_class(module, name)
+        if module.startswith("mxnet"):
+            raise pickle.UnpicklingError(f"this .bin holds MXNet objects ({module}.{name}); re-export it with "
+                                         "bytes entries (python -m elasticface.data.convert pairs2bin)")
+        raise pickle.UnpicklingError(f"refusing to load {module}.{name} from a .bin (only bytes and numpy arrays)")
+
+
+def _as_bytes_entry(item, path: str, index: int) -> bytes | np.ndarray:
+    if isinstance(item, (bytes, bytearray)):
+        return bytes(item)
+    if isinstance(item, str):  # a Python 2 str unpickled with encoding="latin1"
+        return item.encode("latin1")
+    if isinstance(item, np.ndarray):
+        if item.dtype == np.uint8 and item.ndim == 1:
+            return item.tobytes()
+        if item.dtype == np.uint8 and item.ndim in (2, 3):
+            return item  # already decoded pixels (HWC)
+    raise ValueError(f"{path}: image entry {index} is {type(item).__name__}"
+                     f"{f' {item.dtype} {item.shape}' if isinstance(item, np.ndarray) else ''}; "
+                     "expected JPEG bytes or a uint8 array")
+
+
+def load_bin(path: str, name: str | None = None, image_size: int | None = 112, decoder: str = "torchvision") -> EncodedPairSet:
+    """Load an insightface verification `.bin` (pickle of (images, issame)); images decode lazily."""
+    path = str(path)
+    name = name or os.path.splitext(os.path.basename(path))[0]
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"{path} not found; expected an insightface verification .bin "
+                                "(a pickle of (jpeg_images, issame))")
+    with open(path, "rb") as f:
+        data = f.read()
+    obj = None
+    errors = []
+    # encoding="bytes" turns Python 2 str into bytes (JPEGs); latin1 is numpy's advice for old arrays
+    for encoding in ("bytes", "latin1"):
+        try:
+            obj = _BinUnpickler(io.BytesIO(data), encoding=encoding).load()
+            break
+        except pickle.UnpicklingError as exc:
+            # not a pickle at all ("invalid load key"), or one holding objects a .bin may not (refused)
+            raise pickle.UnpicklingError(f"{path}: not a readable insightface .bin: {exc}; expected a pickle of "
+                                         "(jpeg_images, issame)") from exc
+        except Exception as exc:  # noqa: BLE001 - report every attempt below
+            errors.append(f"encoding={encoding}: {type(exc).__name__}: {exc}")
+    if obj is None:
+        raise ValueError(f"{path}: not a readable .bin pickle ({'; '.join(errors)})")
+    if not (isinstance(obj, (tuple, list)) and len(obj) == 2):
+        raise ValueError(f"{path}: expected a pickle of (images, issame), got {type(obj).__name__}")
+    bins, issame = obj
+    images = [_as_bytes_entry(b, path, i) for i, b in enumerate(bins)]
+    issame = np.asarray([bool(v) for v in issame], dtype=bool)
+    return EncodedPairSet(name, images, issame, image_size=image_size, decoder=decoder, source=path)
+
+
+def write_bin(path: str, images: Sequence[bytes | np.ndarray], issame: Sequence[bool], quality: int = 95) -> None:
+    """Write a `.bin` insightface's and our loaders read: JPEG bytes entries, Python bool issame.
+
+    Bytes (and 1-D uint8 arrays of encoded bytes) are stored unchanged, so a file reads back identically;
+    HWC RGB uint8 arrays are JPEG-encoded at `quality`.
+    """
+    issame = [bool(v) for v in issame]
+    if len(images) != 2 * len(issame):
+        raise ValueError(f"{path}: {len(images)} images for {len(issame)} pairs; expected {2 * len(issame)}")
+    entries: list[bytes] = []
+    for i, img in enumerate(images):
+        if isinstance(img, (bytes, bytearray, memoryview)):
+            entries.append(bytes(img))
+        elif isinstance(img, np.ndarray) and img.dtype == np.uint8 and img.ndim == 1:
+            entries.append(img.tobytes())
+        elif isinstance(img, np.ndarray) and img.dtype == np.uint8 and img.ndim in (2, 3):
+            entries.append(encode_jpeg(img, quality))
+        else:
+            raise ValueError(f"{path}: image {i} is {type(img).__name__}; expected bytes or an HWC uint8 array")
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    tmp = f"{path}.tmp{os.getpid()}"
+    with open(tmp, "wb") as f:
+        pickle.dump((entries, issame), f, protocol=4)
+    os.replace(tmp, path)
+
+
+def find_bin_sets(root: str, names: Sequence[str] | None = None, image_size: int | None = 112,
+                  decoder: str = "torchvision") -> dict[str, PairSet]:
+    """`{name: PairSet}` for the `.bin` files in `root`: exactly `names` (each must exist), or with
+    `names=None` every `.bin` there, as insightface's training uses the verification sets that exist."""
+    root = str(root)
+    if not os.path.isdir(root):
+        raise FileNotFoundError(f"verification root {root} is not a directory; expected {root}/<name>.bin "
+                                f"(e.g. {', '.join(n + '.bin' for n in KNOWN_BIN_SETS[:3])})")
+    found = {os.path.splitext(f)[0]: os.path.join(root, f) for f in sorted(os.listdir(root)) if f.endswith(".bin")}
+    if names is None:
+        if not found:
+            raise FileNotFoundError(f"no .bin verification sets in {root}: expected {root}/<name>.bin (e.g. "
+                                    f"{', '.join(n + '.bin' for n in KNOWN_BIN_SETS[:3])}); set data.val_root to "
+                                    "their folder, or data.val_sets=null to train without verification")
+        wanted = list(found)
+        _log.info("verification sets found in %s: %s", root, ", ".join(wanted))
+    else:
+        wanted = [str(n) for n in names]
+        missing = [n for n in wanted if n not in found]
+        if missing:
+            raise FileNotFoundError(f"verification set(s) {missing} not found in {root}: found "
+                                    f"{sorted(found) or 'no .bin files'}; expected {root}/<name>.bin")
+    return {n: load_bin(found[n], n, image_size=image_size, decoder=decoder) for n in wanted}
+
+
+def pairs_from_list(pairs_file: str, image_root: str, name: str | None = None, image_size: int | None = 112,
+                    decoder: str = "torchvision") -> EncodedPairSet:
+    """A pair set from a text file of `path1 path2 0|1` lines (paths relative to `image_root`)."""
+    pairs_file, image_root = str(pairs_file), str(image_root)
+    name = name or os.path.splitext(os.path.basename(pairs_file))[0]
+    if not os.path.isfile(pairs_file):
+        raise FileNotFoundError(f"pairs file {pairs_file} not found; expected lines 'path1 path2 0|1'")
+    paths: list[str] = []
+    issame: list[bool] = []
+    with open(pairs_file) as f:
+        for lineno, line in enumerate(f, 1):
+            line = line.strip()
+            if not line or line.startswith("#"):
+                continue
+            parts = line.split()
+            if len(parts) != 3 or parts[2] not in ("0", "1"):
+                raise ValueError(f"{pairs_file}:{lineno}: expected 'path1 path2 0|1', got {line[:120]!r}")
+            for p in parts[:2]:
+                full = p if os.path.isabs(p) else os.path.join(image_root, p)
+                if not os.path.isfile(full):
+                    raise FileNotFoundError(f"{pairs_file}:{lineno}: image {full} not found (paths are relative to {image_root})")
+                paths.append(full)
+            issame.append(parts[2] == "1")
+    if not issame:
+        raise ValueError(f"pairs file {pairs_file} lists no pairs; expected lines 'path1 path2 0|1'")
+    return EncodedPairSet(name, paths, issame, image_size=image_size, decoder=decoder, source=pairs_file)
