@@ -78,11 +78,11 @@ def user_files(tmp_path_factory) -> tuple[Path, Path]:
         Image.fromarray(image.permute(1, 2, 0).numpy()).save(folder / f"{i}.jpg", quality=95)
     images = sorted(p.relative_to(faces).as_posix() for p in faces.rglob("*.jpg"))
     same = lambda a, b: int(a.split("/")[0] == b.split("/")[0])  # noqa: E731
-    lines = [f"{images[i]} {images[i + 1]} {same(images[i], images[i + 1])}" for i in range(len(images) - 1)]
-    (base / "pairs.txt").write_text("\n".join(lines) + "\n")
+    pairs = [(images[i], images[i + 1], same(images[i], images[i + 1])) for i in range(len(images) - 1)]
+    (base / "pairs.txt").write_text("".join(f"{a} {b} {s}\n" for a, b, s in pairs))
     data = base / "data"
     shutil.copytree(faces, data / "my_faces")
-    (data / "pairs.txt").write_text("\n".join(f"my_faces/{line}" for line in lines) + "\n")
+    (data / "pairs.txt").write_text("".join(f"my_faces/{a} my_faces/{b} {s}\n" for a, b, s in pairs))
     write_recordio(str(faces), str(data / "faces_emore"))
     for name in ("lfw", "cfp_fp", "agedb_30"):
         pairs_to_bin(str(base / "pairs.txt"), str(faces), str(data / "faces_emore" / f"{name}.bin"))

@@ -86,8 +86,9 @@ def test_option_trains_at_tiny_size(group, option, user_files, tmp_path):
     base, _ = user_files
     args = command(group, option, base)
     if "--cfg" in args:  # what `--cfg job` checks: the option composes and resolves
-        cfg = compose_train([a for a in args if a not in ("--cfg", "job")])
-        OmegaConf.to_container(cfg, resolve=True)
+        cfg = compose_train([a for a in args if a not in ("--cfg", "job")], tmp_path)
+        OmegaConf.to_container(OmegaConf.masked_copy(cfg, [k for k in cfg if k != "hydra"]), resolve=True)
+        assert cfg.hydra.runtime.choices[group] == option
         return
     if args[0] == "-m" or (group, option) in PROCESSES:  # a sweep or DDP: the real command, as the user starts it
         env = {**os.environ, "WANDB_MODE": "offline"}
