@@ -44,14 +44,15 @@ install: $(STAMP)
 train: $(STAMP)
 	WANDB_SILENT=true $(PY) $(ROOT)train.py $(ARGS)
 
+# two workers: the 2-core machines this must fit (5 minutes) have nothing else to do meanwhile
 test: $(STAMP)
-	cd $(ROOT) && $(PY) -m pytest -m "not slow and not gpu" -q
+	cd $(ROOT) && $(PY) -m pytest -n 2 -m "not slow and not gpu" -q
 
 test-all: $(STAMP)
 	cd $(ROOT) && $(PY) -m pytest -q
 
 test-slow: $(STAMP)
-	cd $(ROOT) && $(PY) -m pytest -m "slow" -q
+	cd $(ROOT) && $(PY) -m pytest -n 2 -m "slow" -q
 
 bench: $(STAMP)
 	$(PY) $(ROOT)benchmarks/bench_heads.py $(BENCH_HEADS)

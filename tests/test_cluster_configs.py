@@ -3,6 +3,7 @@
 import subprocess
 import sys
 
+import pytest
 import yaml
 from omegaconf import OmegaConf
 
@@ -22,6 +23,7 @@ def sweep_dir(cwd):
     return sweep
 
 
+@pytest.mark.slow
 def test_optuna_search_over_m_and_sigma_reports_the_best_trial(tmp_path):
     train("-m", "hparams_search=elastic_optuna", "hydra.sweeper.n_trials=2", *TINY, "trainer.max_steps=2",
           "trainer.max_epochs=1", cwd=tmp_path)
@@ -30,6 +32,7 @@ def test_optuna_search_over_m_and_sigma_reports_the_best_trial(tmp_path):
     assert len([p for p in sweep_dir(tmp_path).iterdir() if (p / "summary.json").exists()]) == 2
 
 
+@pytest.mark.slow
 def test_joblib_launcher_runs_jobs_in_parallel_processes(tmp_path):
     train("-m", "launcher=joblib", "head=arcface,cosface", *TINY, "trainer.max_steps=2", "trainer.max_epochs=1",
           cwd=tmp_path)

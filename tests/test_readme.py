@@ -35,16 +35,34 @@ SKIP = {
     "make test-slow": "the test suite itself",
     "make install": "ran before the tests",
 }
-#: words that mean a command needs a GPU, a cluster or data that cannot exist here: composed with --cfg job
-NEEDS_MORE = ("trainer=gpu", "trainer=ddp", "launcher=slurm", "experiment=", "ijb.root=")
+#: overrides that mean a command needs a GPU, a cluster or data that cannot exist here: composed with --cfg job
+NEEDS_MORE = ("trainer=gpu", "trainer=ddp", "launcher=slurm", "experiment=ms1mv2", "experiment=casia", "ijb.root=")
+
+
+def needs_more(tokens: list[str]) -> bool:
+    return any(t == word or (word.endswith(("ms1mv2", "casia", "=")) and t.startswith(word))
+               for t in tokens for word in NEEDS_MORE)
 #: size overrides appended where a command would take long (the README's values are real-run sizes)
 SIZE = {"hparams_search=elastic_optuna": ["hydra.sweeper.n_trials=2"], "bench": ["SIZE=tiny"],
         "sweep-demo": ["ARGS=debug=tiny"]}
 #: jobs of the sweeps that a README command starts (the rest are products of comma-separated values)
 SWEEP_JOBS = {"hparams_search=paper_table1": 11, "hparams_search=paper_table2": 11, "sweep-demo": 11,
               "hparams_search=elastic_optuna": 2}
-#: commands that start more jobs than this run in the slow suite (`make test` stays under 5 minutes)
-FAST_JOBS = 4
+#: the commands that train and still run in the fast suite (`make test` stays under 5 minutes): the two
+#: commands of the design card; every other command that trains, or that needs a trained checkpoint,
+#: runs in the slow suite (`make test-slow`). Commands that do not train (`--cfg job`, help) run in both.
+FAST_TRAINING = {"make train", "python train.py head=elastic_arc_plus sigma=0.0175"}
+TRAINS = ("train.py", "elasticface-train", "make train", "make sweep-demo", "make report", "make bench", "eval.py",
+          "elasticface.eval", "elasticface.data.convert")
+
+
+def fast(command: str) -> bool:
+    if command in FAST_TRAINING:
+        return True
+    tokens = shlex.split(command)
+    if needs_more(tokens) or "--cfg" in tokens or skip_reason(tokens):
+        return True
+    return not any(word in command for word in TRAINS)
 
 
 def sweep_values(override: str) -> int:
@@ -112,7 +130,7 @@ def plan(command: str, workdir: Path, ckpt: Path) -> list[str] | None:
     else:
         raise AssertionError(f"README command {command!r}: no rule to run it (tests/test_readme.py)")
     if app:  # a Hydra app
-        if any(w in t for t in tokens for w in NEEDS_MORE):
+        if needs_more(tokens):
             return argv + (["--cfg", "job"] if "--cfg" not in argv else [])
         if app == "train.py" and "--cfg" not in argv and not any(t.startswith("debug=") for t in argv):
             argv.append("debug=tiny")
@@ -135,7 +153,7 @@ ALL = sorted(set(readme_commands()) | set(make_help_commands()))
 
 
 def _param(command: str):
-    return pytest.param(command, marks=[pytest.mark.slow] if jobs(command) > FAST_JOBS else [])
+    return pytest.param(command, marks=[] if fast(command) else [pytest.mark.slow])
 
 
 def test_every_readme_command_is_classified(tmp_path):

@@ -59,7 +59,7 @@ class Toy2DGeometry(pl.Callback):
         pl_module.eval()
         embeddings, labels = [], []
         try:
-            for images, batch_labels, _ in DataLoader(dataset, batch_size=self.batch_size, collate_fn=collate_faces):
+            for images, batch_labels, *_ in DataLoader(dataset, batch_size=self.batch_size, collate_fn=collate_faces):
                 images = normalize(images.to(pl_module.device))
                 if image_size is not None:
                     images = resize(images, image_size)
