@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -57,11 +58,8 @@ def _single_thread_when_parallel():
 def user_files(tmp_path_factory) -> tuple[Path, Path]:
     """The files a user brings, in their real layouts: an image folder `faces/` (one folder per identity),
     `pairs.txt` ('path1 path2 0|1'), and under `data/`: the folder again (`my_faces`, with `pairs.txt`),
-    an insightface RecordIO set with lfw/cfp_fp/agedb_30 `.bin` files (`faces_emore`); and a trained
-    tiny `last.ckpt`. Returns (the folder holding them, the checkpoint)."""
-    import shutil
-    import subprocess
-    import sys
+    an insightface RecordIO set with lfw/cfp_fp/agedb_30 `.bin` files (`faces_emore`). Returns (the folder
+    holding them, where `user_checkpoint` puts a trained `last.ckpt`)."""
 
     from PIL import Image
 
@@ -86,9 +84,18 @@ def user_files(tmp_path_factory) -> tuple[Path, Path]:
     write_recordio(str(faces), str(data / "faces_emore"))
     for name in ("lfw", "cfp_fp", "agedb_30"):
         pairs_to_bin(str(base / "pairs.txt"), str(faces), str(data / "faces_emore" / f"{name}.bin"))
+    return base, base / "last.ckpt"
+
+
+@pytest.fixture(scope="session")
+def user_checkpoint(user_files) -> Path:
+    """`last.ckpt` beside the user's files: a tiny model trained by `python train.py debug=tiny`."""
+    import subprocess
+    import sys
+
+    base, ckpt = user_files
     out = subprocess.run([sys.executable, str(ROOT / "train.py"), "debug=tiny", "trainer.max_epochs=1"], cwd=base,
                          capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-3000:]
-    ckpt = next(base.glob("logs/train/runs/*/checkpoints/last.ckpt"))
-    shutil.copy(ckpt, base / "last.ckpt")
-    return base, base / "last.ckpt"
+    shutil.copy(next(base.glob("logs/train/runs/*/checkpoints/last.ckpt")), ckpt)
+    return ckpt

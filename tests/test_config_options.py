@@ -4,8 +4,8 @@ The options are read from configs/, so a new option is tested without touching t
 need a GPU or a cluster are composed with `--cfg job` (all that can be checked here); options that
 need data get the user's files in their real layouts (tests/conftest.py `user_files`). A sweep option
 starts a real multirun in a fresh working directory, without hydra.run.dir/sweep.dir; a single run goes
-through the same job in this process. Large backbones, every head (each also runs a forward in
-test_configs.py) and whole sweeps are slow-marked: the fast suite keeps the options users trip on.
+through the same job in this process. The fast suite keeps the options users tripped on (see FAST);
+every option runs in the slow suite (`make test-slow`).
 """
 
 from __future__ import annotations
@@ -26,20 +26,11 @@ from elasticface.training import run
 INTERNAL = {"hydra", "paths", "extras", "local"}
 #: options that need hardware or a scheduler we do not have: composed only
 CFG_ONLY = {("trainer", "gpu"), ("trainer", "ddp"), ("launcher", "slurm")}
-#: options that start processes of their own (Lightning's DDP re-runs the command): run as a command, slow
+#: options that start processes of their own (Lightning's DDP re-runs the command): run as a command
 PROCESSES = {("trainer", "ddp_cpu")}
 #: the user's data each data option reads (relative to the user_files folder)
 DATA = {"recordio": ["data.root={base}/data/faces_emore"],
         "folder": ["data.root={base}/data/my_faces", "data.val_sets.pairs_file={base}/data/pairs.txt"]}
-#: seconds to minutes per option on 2 CPU cores, or many options of one kind: slow-marked
-SLOW_GROUPS = {"hparams_search", "paper_row", "head"}  # heads: each config also runs a forward in test_configs
-SLOW_OPTIONS = {("backbone", n) for n in ("iresnet18", "iresnet34", "iresnet50", "iresnet100", "iresnet200", "mobilefacenet",
-                                          "mobilefacenet_large", "convnext_atto", "vit_tiny", "resnet18",
-                                          "mobilenetv3_small_100")} | {
-    ("debug", "overfit"), ("launcher", "joblib"), ("launcher", "local")} | {
-    ("experiment", n) for n in ("ms1mv2_r100", "ms1mv2_r100_elastic_arc", "ms1mv2_r100_elastic_arc_plus",
-                                "ms1mv2_r100_elastic_cos", "ms1mv2_r100_elastic_cos_plus", "casia_r50_sigma_grid",
-                                "toy_2d")}
 
 
 def options() -> list[tuple[str, str]]:
@@ -49,9 +40,14 @@ def options() -> list[tuple[str, str]]:
     return found
 
 
+#: what the fast suite runs: the groups users tripped on (debug modes, data, model), the GPU and cluster
+#: options (composed), and the CPU trainer; the default of every group is what the other tests train with
+FAST = {("debug", "fdr"), ("debug", "tiny"), ("debug", "default"), ("data", "folder"), ("data", "recordio"),
+        ("model", "partial_fc"), ("model", "model_parallel"), ("trainer", "cpu"), ("experiment", "sweep_demo")} | CFG_ONLY
+
+
 def marks(group: str, option: str) -> list:
-    slow = group in SLOW_GROUPS or (group, option) in SLOW_OPTIONS | PROCESSES
-    return [pytest.mark.slow] if slow else []
+    return [] if (group, option) in FAST else [pytest.mark.slow]
 
 
 def command(group: str, option: str, base: Path) -> list[str]:

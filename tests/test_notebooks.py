@@ -13,7 +13,12 @@ def test_there_are_notebooks():
     assert NOTEBOOKS
 
 
-@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+#: notebooks that train a sweep of their own when none is there: the slow suite runs them
+TRAINS = {"toy_2d.ipynb"}
+
+
+@pytest.mark.parametrize("path", [pytest.param(p, marks=[pytest.mark.slow] if p.name in TRAINS else [])
+                                  for p in NOTEBOOKS], ids=lambda p: p.name)
 def test_notebook_executes(path, tmp_path):
     notebook = nbformat.read(path, as_version=4)
     NotebookClient(notebook, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}).execute()
