@@ -58,7 +58,8 @@ def command(group: str, option: str, base: Path) -> list[str]:
         if "override /trainer: ddp" in text or "ms1mv2_r100" in text:
             args += ["trainer=cpu"]
         if "override /data: recordio" in text or "ms1mv2_r100" in text:
-            args += [a.format(base=base) for a in DATA["recordio"]]
+            # the recipe pins the dataset's class count (checked against the data): a small set of one's own
+            args += [a.format(base=base) for a in DATA["recordio"]] + ["data.num_classes=null"]
     if group == "data":
         args += [a.format(base=base) for a in DATA.get(option, [])]
     if (group, option) in CFG_ONLY:
