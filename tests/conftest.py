@@ -58,7 +58,7 @@ def _single_thread_when_parallel():
 def user_files(tmp_path_factory) -> tuple[Path, Path]:
     """The files a user brings, in their real layouts: an image folder `faces/` (one folder per identity),
     `pairs.txt` ('path1 path2 0|1'), and under `data/`: the folder again (`my_faces`, with `pairs.txt`),
-    an insightface RecordIO set with lfw/cfp_fp/agedb_30 `.bin` files (`faces_emore`). Returns (the folder
+    an insightface RecordIO set with the paper's five `.bin` benchmarks (`faces_emore`). Returns (the folder
     holding them, where `user_checkpoint` puts a trained `last.ckpt`)."""
 
     from PIL import Image
@@ -82,7 +82,7 @@ def user_files(tmp_path_factory) -> tuple[Path, Path]:
     shutil.copytree(faces, data / "my_faces")
     (data / "pairs.txt").write_text("".join(f"my_faces/{a} my_faces/{b} {s}\n" for a, b, s in pairs))
     write_recordio(str(faces), str(data / "faces_emore"))
-    for name in ("lfw", "cfp_fp", "agedb_30"):
+    for name in ("lfw", "cfp_fp", "agedb_30", "calfw", "cplfw"):  # the paper's five benchmarks
         pairs_to_bin(str(base / "pairs.txt"), str(faces), str(data / "faces_emore" / f"{name}.bin"))
     return base, base / "last.ckpt"
 
