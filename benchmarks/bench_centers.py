@@ -9,6 +9,11 @@ For each world size W the script starts W processes (torch.multiprocessing + glo
   are gathered (W·B rows), ArcFace on the local columns, the cross-entropy reduced across ranks,
   backward, SGD with momentum on the shard only.
 
+The full baseline's per-rank memory does not depend on W (every rank holds all C centres and its own
+B rows), so where W copies of it do not fit in one machine (C = 1M is about 18 GB per rank on CPU)
+``--baseline-world 1`` measures it once, as DDP over a one-process group, and every W is compared
+with that. Its step time then has no all-reduce in it, so the time ratio flatters the baseline.
+
 Memory is the class layer's: the peak over ``--steps`` steps (forward, backward, optimizer step, so
 momentum exists) minus the memory before the layer was built; the one-time construction of the full
 matrix before sharding (host memory, see the README) is left out by resetting the peak after `shard`.
@@ -19,6 +24,7 @@ median step (wall, ranks synchronised), as a ratio to ``full`` in the same run.
 
     python benchmarks/bench_centers.py                              # C = 1M, D = 512, W = 2 and 4
     python benchmarks/bench_centers.py --classes 100000 --worlds 2 4 --batch 32   # fits a small CPU box
+    python benchmarks/bench_centers.py --batch 32 --baseline-world 1  # C = 1M on a 23 GB CPU box
     python benchmarks/bench_centers.py --device cuda --worlds 2 4  # one GPU per rank
 """
 
@@ -95,7 +101,8 @@ def _run(kind: str, rank: int, world: int, args: argparse.Namespace, device: tor
     return {"peak": resident + peak.peak, "time": statistics.median(times[1:] or times)}
 
 
-def _worker(rank: int, world: int, args: argparse.Namespace, init_file: str, out: str) -> None:
+def _worker(rank: int, world: int, kinds: tuple[str, ...], args: argparse.Namespace, init_file: str,
+            out: str) -> None:
     device = torch.device(f"cuda:{rank}") if args.device == "cuda" else torch.device("cpu")
     if device.type == "cuda":
         torch.cuda.set_device(device)
@@ -105,7 +112,7 @@ def _worker(rank: int, world: int, args: argparse.Namespace, init_file: str, out
     tiny = argparse.Namespace(**{**vars(args), "classes": 64 * world, "steps": 1})
     for kind in ("full", "sharded"):  # first-use allocations (libraries, gloo, DDP) are not the layer's
         _run(kind, rank, world, tiny, device)
-    results = {kind: _run(kind, rank, world, args, device) for kind in ("full", "sharded")}
+    results = {kind: _run(kind, rank, world, args, device) for kind in kinds}
     torch.save(results, Path(out) / f"{world}_{rank}.pt")
     dist.destroy_process_group()
 
@@ -119,29 +126,45 @@ def main(argv: list[str] | None = None) -> list[dict]:
     p.add_argument("--worlds", type=int, nargs="+", default=[2, 4])
     p.add_argument("--steps", type=int, default=3)
     p.add_argument("--threads", type=int, default=1, help="torch threads per rank")
+    p.add_argument("--baseline-world", type=int, default=None, metavar="W",
+                   help="measure the full-centre baseline once with W processes (1: DDP over one process) "
+                        "instead of beside every world; for machines that cannot hold W full layers")
     args = p.parse_args(argv)
     mib = 2.0**20
     rows = []
     print(f"C={args.classes:,} D={args.dim} B={args.batch} per rank, device={args.device}, {args.steps} steps")
-    print("| world | full: peak MiB / rank | sharded: peak MiB / rank | memory ratio | goal ratio | step time ratio |")
-    print("|---|---|---|---|---|---|")
+    baseline = None
+    if args.baseline_world is not None:
+        baseline = _measure(args.baseline_world, ("full",), args)["full"]
+        print(f"full centres measured once with {args.baseline_world} process(es): "
+              f"{baseline['peak'] / mib:,.0f} MiB per rank, step {baseline['time']:.3f} s")
+    print("| world | full: peak MiB / rank | sharded: peak MiB / rank | memory ratio | goal ratio | "
+          "full: step s | sharded: step s | step time ratio |")
+    print("|---|---|---|---|---|---|---|---|")
     for world in args.worlds:
-        with tempfile.TemporaryDirectory() as tmp:
-            mp.spawn(_worker, args=(world, args, str(Path(tmp) / "init"), tmp), nprocs=world, join=True)
-            res = [torch.load(Path(tmp) / f"{world}_{r}.pt", weights_only=False) for r in range(world)]
-        full_peak = max(r["full"]["peak"] for r in res)
-        shard_peak = max(r["sharded"]["peak"] for r in res)
+        res = _measure(world, ("sharded",) if baseline else ("full", "sharded"), args)
+        full = baseline or res["full"]
         n = world * args.batch
-        goal = full_peak / world + (4 * n * args.classes / world + 2 * n * args.dim) * 4
+        goal = full["peak"] / world + (4 * n * args.classes / world + 2 * n * args.dim) * 4
         row = {
-            "world": world, "full_mib": full_peak / mib, "sharded_mib": shard_peak / mib,
-            "memory_ratio": shard_peak / full_peak, "goal_ratio": goal / full_peak,
-            "time_ratio": max(r["sharded"]["time"] for r in res) / max(r["full"]["time"] for r in res),
+            "world": world, "full_mib": full["peak"] / mib, "sharded_mib": res["sharded"]["peak"] / mib,
+            "memory_ratio": res["sharded"]["peak"] / full["peak"], "goal_ratio": goal / full["peak"],
+            "full_s": full["time"], "sharded_s": res["sharded"]["time"],
+            "time_ratio": res["sharded"]["time"] / full["time"],
         }
         rows.append(row)
-        print(f"| {world} | {row['full_mib']:.0f} | {row['sharded_mib']:.0f} | {row['memory_ratio']:.3f} | "
-              f"{row['goal_ratio']:.3f} | {row['time_ratio']:.3f} |", flush=True)
+        print(f"| {world} | {row['full_mib']:,.0f} | {row['sharded_mib']:,.0f} | {row['memory_ratio']:.3f} | "
+              f"{row['goal_ratio']:.3f} | {row['full_s']:.3f} | {row['sharded_s']:.3f} | "
+              f"{row['time_ratio']:.3f} |", flush=True)
     return rows
+
+
+def _measure(world: int, kinds: tuple[str, ...], args: argparse.Namespace) -> dict[str, dict]:
+    """Run ``kinds`` on ``world`` processes: the worst rank's peak memory and step time of each."""
+    with tempfile.TemporaryDirectory() as tmp:
+        mp.spawn(_worker, args=(world, kinds, args, str(Path(tmp) / "init"), tmp), nprocs=world, join=True)
+        res = [torch.load(Path(tmp) / f"{world}_{r}.pt", weights_only=False) for r in range(world)]
+    return {k: {m: max(r[k][m] for r in res) for m in ("peak", "time")} for k in kinds}
 
 
 if __name__ == "__main__":

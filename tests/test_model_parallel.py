@@ -305,3 +305,29 @@ def test_lightning_ddp_trains_on_two_processes_and_resumes_on_three(tmp_path):
     assert not torch.equal(resumed["state_dict"]["centers.weight"], saved["state_dict"]["centers.weight"])
     module = load_module(str(second / "checkpoints" / "last.ckpt"))  # eval/embed/export read it as any checkpoint
     assert module(torch.zeros(2, 3, 112, 112)).shape == (2, 32)
+
+
+def _bench_rows(*args: str) -> tuple[str, dict[int, list[float]]]:
+    from conftest import ROOT
+
+    out = subprocess.run([sys.executable, "benchmarks/bench_centers.py", "--classes", "50000", "--dim", "128",
+                          "--batch", "8", "--steps", "2", *args], cwd=ROOT, capture_output=True, text=True,
+                         timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    rows = [line.strip("|").split("|") for line in out.stdout.splitlines() if line[:3] in ("| 2", "| 4")]
+    return out.stdout, {int(r[0]): [float(x.replace(",", "")) for x in r[1:]] for r in rows}
+
+
+@pytest.mark.slow
+def test_bench_centers_prints_ratios_against_full_centres_in_the_same_run():
+    """The benchmark as documented: beside each world, and with the baseline measured once (--baseline-world 1)."""
+    _, beside = _bench_rows("--worlds", "2")
+    text, once = _bench_rows("--worlds", "2", "4", "--baseline-world", "1")
+    assert "full centres measured once with 1 process(es)" in text
+    for rows in (beside, once):
+        for world, (full, sharded, memory_ratio, goal_ratio, full_s, sharded_s, time_ratio) in rows.items():
+            assert memory_ratio == pytest.approx(sharded / full, rel=0.02)  # the table rounds MiB
+            assert time_ratio == pytest.approx(sharded_s / full_s, rel=0.02)
+            # at this size fixed costs (gloo, allocator) blur the goal; README has the C = 1M figures against it
+            assert goal_ratio < 1.5 / world and memory_ratio < 1.5 / world, (world, rows)
+    assert once[2][0] == once[4][0] and once[4][1] < once[2][1]  # one baseline; the shard shrinks with world
