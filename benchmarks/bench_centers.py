@@ -130,6 +130,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
                    help="measure the full-centre baseline once with W processes (1: DDP over one process) "
                         "instead of beside every world; for machines that cannot hold W full layers")
     args = p.parse_args(argv)
+    if min(args.worlds + [1 if args.baseline_world is None else args.baseline_world]) < 1:
+        p.error(f"--worlds {args.worlds} and --baseline-world {args.baseline_world}: process counts must be >= 1")
     mib = 2.0**20
     rows = []
     print(f"C={args.classes:,} D={args.dim} B={args.batch} per rank, device={args.device}, {args.steps} steps")
