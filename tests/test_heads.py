@@ -195,6 +195,25 @@ def test_subcenter_pools_the_best_subcentre_of_each_class():
     assert mag.needs_norms and mag.aux_loss is not None and mag.last_margins is not None
 
 
+@pytest.mark.parametrize("head", ["arcface", "subcenter_arcface"])
+def test_logged_target_angle_is_the_closest_centre_of_the_class(tiny_cfg, head):
+    """train/theta_y: with K sub-centres the target is the closest of the class's K columns, not column y."""
+    from types import SimpleNamespace
+
+    from elasticface.training import build_module
+
+    module = build_module(tiny_cfg(f"head={head}"), num_classes=4)
+    module._trainer = SimpleNamespace(_logger_connector=SimpleNamespace(should_update_logs=False))
+    k = 3 if head.startswith("subcenter_") else 1
+    g = torch.Generator().manual_seed(0)
+    cos = torch.rand(5, 4 * k, generator=g) * 2 - 1
+    labels = torch.tensor([3, 0, -1, 2, 1])  # -1: no class (its angle is not logged)
+    module.log_batch_stats(cos, labels, (None, labels))
+    closest = [max(cos[i, y * k + j].item() for j in range(k)) for i, y in enumerate(labels.tolist()) if y >= 0]
+    expected = [math.acos(c) for c in closest]
+    torch.testing.assert_close(module.last_theta_y, torch.tensor(expected))
+
+
 # ---------------------------------------------------------------------------------------------------
 # ElasticFace sampling and '+' assignment
 # ---------------------------------------------------------------------------------------------------

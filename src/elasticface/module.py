@@ -102,7 +102,9 @@ class FaceRecognitionModule(pl.LightningModule):
         stores all rows and the statistics are computed only on the steps the loggers write.
         """
         if getattr(self.head, "normalized", True):
-            cos_y = cos.detach().gather(1, labels.clamp_min(0)[:, None]).squeeze(1)
+            k = getattr(self.head, "centers_per_class", 1)  # sub-centre heads: columns c*K..c*K+K-1, the closest speaks
+            columns = labels.clamp_min(0)[:, None] * k + torch.arange(k, device=labels.device)
+            cos_y = cos.detach().gather(1, columns).amax(dim=1)
             valid = labels >= 0
             if shard is not None:  # the target column of a row may live on another rank
                 cos_y, valid = shard.target_cos(cos_y, valid), shard.valid
