@@ -6,6 +6,8 @@ from a generator seeded by ``(seed, identity, image_index)``, grouped in :data:`
 expression, lighting, background, degradation); one factor, ``scale``, multiplies all of it (at 0 every
 image of an identity is byte-identical) and per-group factors let a benchmark stress one kind of nuisance.
 Coordinates are canonical face units: the image spans [-1, 1] on both axes, y points down.
+Like the renderer (see render.py), nothing here may use numpy's transcendental ufuncs or ``math.exp``:
+a last-bit difference between machines would reach the pixels; exp, sin and cos come from portable_math.
 """
 
 from __future__ import annotations
@@ -15,6 +17,8 @@ from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
+
+from elasticface.data.synthetic.portable_math import exp, sincos
 
 # Stream tags mixed into the seed so identity and image generators never collide.
 _IDENTITY_STREAM = 0x1D
@@ -49,6 +53,11 @@ _IRIS_PALETTE = np.array(
 )
 
 
+def _exp3(x: np.ndarray) -> np.ndarray:
+    """e^x of a few draws, elementwise, with the portable exp."""
+    return np.array([exp(t) for t in np.asarray(x, dtype=np.float64)])
+
+
 def seed_sequence(*keys: int) -> np.random.SeedSequence:
     """A SeedSequence from any ints (negatives folded), so every (seed, id, index) key is usable."""
     return np.random.SeedSequence([int(k) % (1 << 63) for k in keys])
@@ -73,11 +82,11 @@ def identity_params(identity: int, seed: int = 0) -> dict[str, Any]:
     p["jaw_power"] = float(u(1.5, 3.2))  # < 2: pointed chin, > 2: square jaw
     tone = u(0.0, 1.0)
     skin = (1 - tone) * _SKIN_LIGHT + tone * _SKIN_DARK
-    skin = skin * np.exp(rng.normal(0.0, 0.04, 3))
+    skin = skin * _exp3(rng.normal(0.0, 0.04, 3))
     p["skin"] = np.clip(skin, 0.0, 1.0)
     # hair
     hair = _HAIR_PALETTE[rng.choice(len(_HAIR_PALETTE), p=_HAIR_PROBS)]
-    p["hair"] = np.clip(hair * np.exp(rng.normal(0.0, 0.1, 3)), 0.0, 1.0)
+    p["hair"] = np.clip(hair * _exp3(rng.normal(0.0, 0.1, 3)), 0.0, 1.0)
     p["bald"] = bool(u() < 0.1)
     p["hair_volume"] = float(u(0.02, 0.16))
     p["hair_length"] = float(u(-0.3, 0.9))  # lowest y reached by the hair behind the head
@@ -95,7 +104,7 @@ def identity_params(identity: int, seed: int = 0) -> dict[str, Any]:
     p["eye_rx"] = float(u(0.075, 0.12))
     p["eye_ry"] = float(u(0.35, 0.6))  # relative to eye_rx
     p["eye_tilt"] = float(u(-0.25, 0.25))
-    p["iris"] = np.clip(_IRIS_PALETTE[rng.integers(len(_IRIS_PALETTE))] * np.exp(rng.normal(0, 0.1, 3)), 0, 1)
+    p["iris"] = np.clip(_IRIS_PALETTE[rng.integers(len(_IRIS_PALETTE))] * _exp3(rng.normal(0, 0.1, 3)), 0, 1)
     p["iris_r"] = float(u(0.45, 0.7))  # relative to eye_rx
     # brows
     p["brow_gap"] = float(u(0.07, 0.15))
@@ -155,7 +164,7 @@ def variation_params(
     s = g["pose"]
     v["tx"] = s * float(n(0.0, 0.05))
     v["ty"] = s * float(n(0.0, 0.05))
-    v["scale"] = float(np.exp(s * np.clip(n(0.0, 0.045), -0.1, 0.1)))
+    v["scale"] = exp(s * float(np.clip(n(0.0, 0.045), -0.1, 0.1)))
     v["rot"] = s * float(np.clip(n(0.0, 0.07), -0.2, 0.2))
     v["yaw"] = s * float(np.clip(n(0.0, 0.4), -1.0, 1.0))
     s = g["expression"]
@@ -165,12 +174,13 @@ def variation_params(
     v["brow_raise"] = s * float(n(0.0, 0.02))
     v["gaze"] = s * float(n(0.0, 0.25))
     s = g["lighting"]
-    v["gain"] = float(np.exp(s * n(0.0, 0.22)))
-    v["contrast"] = float(np.exp(s * n(0.0, 0.2)))
+    v["gain"] = exp(s * n(0.0, 0.22))
+    v["contrast"] = exp(s * n(0.0, 0.2))
     ang = u(0.0, 2 * math.pi)
     strength = s * float(abs(n(0.0, 0.35)))
-    v["light"] = (strength * math.cos(ang), strength * math.sin(ang))
-    v["cast"] = np.exp(s * n(0.0, 0.09, 3))
+    sin_ang, cos_ang = sincos(ang)
+    v["light"] = (strength * cos_ang, strength * sin_ang)
+    v["cast"] = _exp3(s * n(0.0, 0.09, 3))
     v["face_shade"] = s * float(n(0.0, 0.25))  # side lighting across the face
     s = g["background"]  # background and clothing
     v["bg"] = np.clip(0.5 + s * u(-0.45, 0.45, 3), 0, 1)

@@ -4,6 +4,17 @@ Rendering is vectorised numpy at 112x112 directly: every part is a soft-edged ma
 pixels of its bounding box in the face's canonical coordinates (the image pixel grid mapped through the
 inverse pose transform), then alpha-blended onto a channel-first float canvas. :func:`render_face_chw`
 calls one function per part, back to front, then applies lighting, blur and noise.
+
+The same bytes on every machine (README "Same faces on every machine"): nothing here may depend on
+which SIMD kernels numpy, torch or Pillow pick, nor on the platform's libm. So in this package
+(render.py, params.py) only exactly specified operations decide a pixel: ``+ - * /`` and ``sqrt``
+(numpy ufuncs or Python floats, one operation at a time), comparisons, ``abs``/``minimum``/``maximum``/
+``where``/``clip``, ``floor``/``ceil``, integer arithmetic, casts, and numpy's seeded ``Generator``
+draws; exp, log, sin, cos and pow come from :mod:`portable_math`. Forbidden: numpy's transcendental
+ufuncs (``np.exp``, ``np.sin``, ``np.power`` or ``**`` with a non-integer exponent, ...), ``math.exp``/
+``math.sin``/..., reductions whose summation order is up to the library (``np.sum``, ``np.dot``,
+``@``/BLAS, ``np.mean``), torch ops and Pillow filters. tests/test_synthetic.py renders under several
+numpy and torch kernel choices and asserts one checksum.
 """
 
 from __future__ import annotations
@@ -12,7 +23,8 @@ import math
 from typing import Any, NamedTuple
 
 import numpy as np
-from PIL import Image, ImageFilter
+
+from elasticface.data.synthetic.portable_math import exp, pow_array, sincos, sincos_array, sincos_lerp
 
 IMAGE_SIZE = 112
 
@@ -20,6 +32,7 @@ _N = IMAGE_SIZE
 _GRID = ((np.arange(_N, dtype=np.float32) + 0.5) * (2.0 / _N) - 1.0).astype(np.float32)
 _GX = np.broadcast_to(_GRID[None, :], (_N, _N))
 _GY = np.broadcast_to(_GRID[:, None], (_N, _N))
+_GRID64 = _GRID.astype(np.float64)
 f32 = np.float32
 
 Window = tuple[slice, slice]
@@ -30,7 +43,7 @@ class _Canvas:
 
     def __init__(self, tx: float, ty: float, scale: float, rot: float) -> None:
         self.tx, self.ty, self.s = tx, ty, scale
-        self.c, self.sn = math.cos(rot), math.sin(rot)
+        self.sn, self.c = sincos(rot)
         dx = _GX - np.float32(tx)
         dy = _GY - np.float32(ty)
         inv = np.float32(1.0 / scale)
@@ -61,6 +74,17 @@ class _Canvas:
     def coords(self, win: Window) -> tuple[np.ndarray, np.ndarray]:
         return self.U[win], self.V[win]
 
+    def sin_u(self, win: Window, freq: float) -> np.ndarray:
+        """sin(freq * U) on the window. U is affine in the pixel's column j and row i, so
+        sin(a_j + b_i) = sin a_j cos b_i + cos a_j sin b_i: two 1-D evaluations and an outer product."""
+        k = freq / self.s
+        cols, rows = _GRID64[win[1]], _GRID64[win[0]]
+        s, c = (t.astype(np.float32) for t in sincos_lerp(np.concatenate([k * self.c * (cols - self.tx), k * self.sn * (rows - self.ty)])))
+        n = len(cols)
+        out = s[None, :n] * c[n:, None]
+        out += c[None, :n] * s[n:, None]
+        return out
+
     def blend(self, win: Window, alpha: np.ndarray, colour: np.ndarray) -> None:
         """img = img + alpha * (colour - img) on the window; colour is [3] or [3, h, w]."""
         region = self.img[:, win[0], win[1]]
@@ -85,9 +109,36 @@ def _ellipse_r(U: np.ndarray, V: np.ndarray, cx: float, cy: float, rx: float, ry
     dx = U - np.float32(cx)
     dy = V - np.float32(cy)
     if ang:
-        c, s = np.float32(math.cos(ang)), np.float32(math.sin(ang))
+        s, c = (np.float32(t) for t in sincos(ang))
         dx, dy = c * dx + s * dy, -s * dx + c * dy
-    return np.sqrt((dx * np.float32(1.0 / rx)) ** 2 + (dy * np.float32(1.0 / ry)) ** 2)
+    dx = dx * np.float32(1.0 / rx)
+    dy = dy * np.float32(1.0 / ry)
+    return np.sqrt(dx * dx + dy * dy)
+
+
+_SUPERELLIPSE_STEPS = 512
+_SUPERELLIPSE_TABLES: dict[float, tuple[np.ndarray, np.ndarray]] = {}
+
+
+def _superellipse_r(x: np.ndarray, y: np.ndarray, power: float) -> np.ndarray:
+    """(x^p + y^p)^(1/p) for x, y >= 0 (float32), as a * g(b / a) with a = max, b = min and
+    g(t) = (1 + t^p)^(1/p) on [0, 1] interpolated linearly in a table built once per power
+    (relative error below 1e-4, a few thousandths of a pixel at the edge): a dozen numpy operations."""
+    table = _SUPERELLIPSE_TABLES.get(power)
+    if table is None:
+        if len(_SUPERELLIPSE_TABLES) > 4096:
+            _SUPERELLIPSE_TABLES.clear()
+        t = np.arange(_SUPERELLIPSE_STEPS + 2, dtype=np.float64) * (1.0 / _SUPERELLIPSE_STEPS)
+        g = pow_array(pow_array(t, power) + 1.0, 1.0 / power).astype(np.float32)
+        table = _SUPERELLIPSE_TABLES[power] = (g[:-1], g[1:] - g[:-1])
+    g0, dg = table
+    a = np.maximum(x, y)
+    t = np.minimum(x, y) / np.maximum(a, f32(1e-30))
+    t *= f32(_SUPERELLIPSE_STEPS)
+    i = np.floor(t)
+    t -= i
+    j = i.astype(np.int64)
+    return a * (g0[j] + t * dg[j])
 
 
 def _ellipse(cv: _Canvas, cx: float, cy: float, rx: float, ry: float, colour: np.ndarray, ang: float = 0.0, opacity: float = 1.0) -> None:
@@ -102,25 +153,61 @@ def _ellipse(cv: _Canvas, cx: float, cy: float, rx: float, ry: float, colour: np
     cv.blend(win, alpha, colour)
 
 
+def _gaussian_weights(sigma: float) -> np.ndarray:
+    """Taps w[0..R] (R = ceil(3 sigma)) of a normalised 1-D Gaussian of standard deviation ``sigma`` px."""
+    radius = max(int(math.ceil(3.0 * sigma)), 1)
+    w = [exp(-(k * k) / (2.0 * sigma * sigma)) for k in range(radius + 1)]
+    total = w[0]
+    for t in w[1:]:
+        total += 2.0 * t  # fixed order: Python floats, left to right
+    return np.array([t / total for t in w], dtype=np.float32)
+
+
 def _blur(img: np.ndarray, sigma: float) -> np.ndarray:
-    """Gaussian blur (standard deviation ``sigma`` px) of a uint8 [3, 112, 112] image with Pillow (fast, single-threaded C)."""
+    """Gaussian blur (standard deviation ``sigma`` px) of a float [3, 112, 112] image, edges extended.
+
+    Separable, symmetric taps summed in a fixed order with numpy's elementwise ``+``/``*`` (never a
+    convolution routine or BLAS, whose summation order is theirs), so every machine gets the same bits.
+    """
     if sigma < 0.3:
         return img
-    pil = Image.fromarray(np.ascontiguousarray(img.transpose(1, 2, 0)))
-    return np.asarray(pil.filter(ImageFilter.GaussianBlur(radius=float(sigma)))).transpose(2, 0, 1)
+    w = _gaussian_weights(sigma)
+    r = len(w) - 1
+    p = np.pad(img, ((0, 0), (r, r), (r, r)), mode="edge")  # the padded rows blur into copies of the edge rows
+    h = p[:, :, r : r + _N] * w[0]  # along x, on all padded rows
+    for k in range(1, r + 1):
+        pair = p[:, :, r - k : r - k + _N] + p[:, :, r + k : r + k + _N]
+        pair *= w[k]
+        h += pair
+    out = h[:, r : r + _N] * w[0]  # then along y
+    for k in range(1, r + 1):
+        pair = h[:, r - k : r - k + _N] + h[:, r + k : r + k + _N]
+        pair *= w[k]
+        out += pair
+    return out
 
 
 _NOISE_BANK: np.ndarray | None = None
+_NOISE_TERMS = 4  # Irwin-Hall: the sum of 4 uniforms is close to a Gaussian (bounded at 3.46 sd)
 
 
 def _noise_crop(key: int) -> np.ndarray:
-    """Unit gaussian noise [3, 112, 112]: a crop of a fixed noise bank picked (offset, flips) by ``key``.
+    """Unit-variance noise [3, 112, 112]: a crop of a fixed noise bank picked (offset, flips) by ``key``.
 
-    Much cheaper than drawing fresh normals per image, and just as deterministic.
+    Much cheaper than drawing fresh noise per image, and just as deterministic. The bank is a sum of
+    uniform 16-bit integers, centred and scaled: integer draws and one rounding, exact everywhere
+    (a Gaussian generator would take logs in its tail).
     """
     global _NOISE_BANK
     if _NOISE_BANK is None:
-        _NOISE_BANK = np.random.default_rng(0x5EED).standard_normal((3, 2 * _N, 2 * _N), dtype=np.float32)
+        m = 1 << 16
+        ints = np.random.default_rng(0x5EED).integers(0, m, size=(_NOISE_TERMS, 3, 2 * _N, 2 * _N), dtype=np.int64)
+        total = ints[0]
+        for t in ints[1:]:
+            total = total + t
+        centred = (2 * total - _NOISE_TERMS * (m - 1)).astype(np.float64)  # exact integers
+        sd2 = math.sqrt(_NOISE_TERMS * (m * m - 1) / 12.0) * 2.0  # sd of 2 * total; sqrt is exact IEEE
+        _NOISE_BANK = (centred / sd2).astype(np.float32)
     oy, ox = key % _N, (key // _N) % _N
     crop = _NOISE_BANK[:, oy : oy + _N, ox : ox + _N]
     flips = (key // (_N * _N)) % 4
@@ -161,15 +248,19 @@ def _mouth_y(p: dict[str, Any]) -> float:
 def _background(cv: _Canvas, v: dict[str, Any]) -> None:
     """Two-colour gradient plus low-frequency waves, in image coordinates (it does not move with the head)."""
     img = cv.img
-    t = (f32(0.5 * math.cos(v["bg_dir"])) * _GRID + f32(0.5))[None, :] + (f32(0.5 * math.sin(v["bg_dir"])) * _GRID)[:, None]
+    sin_dir, cos_dir = sincos(v["bg_dir"])
+    t = (f32(0.5 * cos_dir) * _GRID + f32(0.5))[None, :] + (f32(0.5 * sin_dir) * _GRID)[:, None]
     np.multiply(t[None], (v["bg2"] - v["bg"]).astype(np.float32)[:, None, None], out=img)
     img += v["bg"].astype(np.float32)[:, None, None]
-    freq, ph, ang, amp = (w.astype(np.float32) for w in v["bg_waves"].T)  # one wave per channel
+    freq, ph, ang, amp = v["bg_waves"].T  # one wave per channel: amp * sin(fx x + fy y + ph)
     if amp.any():
-        arg = ((freq * np.cos(ang))[:, None] * _GRID + ph[:, None])[:, None, :] + ((freq * np.sin(ang))[:, None] * _GRID)[:, :, None]
-        wave = np.sin(arg, out=arg)
-        wave *= amp[:, None, None]
-        img += wave
+        sin_ang, cos_ang = sincos_array(ang)
+        # sin(a_x + b_y) = sin a cos b + cos a sin b: 1-D factors, then outer products (separable)
+        arg = np.concatenate([(freq * cos_ang)[:, None] * _GRID64 + ph[:, None], (freq * sin_ang)[:, None] * _GRID64])
+        s, c = (t.astype(np.float32) for t in sincos_lerp(arg))
+        a32 = amp.astype(np.float32)[:, None]
+        img += (s[:3] * a32)[:, None, :] * c[3:, :, None]
+        img += (c[:3] * a32)[:, None, :] * s[3:, :, None]
 
 
 def _clothing_and_neck(cv: _Canvas, p: dict[str, Any], v: dict[str, Any]) -> None:
@@ -221,10 +312,14 @@ def _face(cv: _Canvas, p: dict[str, Any], v: dict[str, Any]) -> _FaceMask:
     dx = np.abs(U) * f32(1.0 / fw)
     dy_t = (V - f32(fcy)) * f32(1.0 / fht)
     dy_b = (V - f32(fcy)) * f32(1.0 / fhb)
-    jp = f32(p["jaw_power"])
-    r_top = np.sqrt(dx * dx + dy_t * dy_t)
-    r_bot = (dx**jp + np.abs(dy_b) ** jp) ** (f32(1.0) / jp)
-    r = np.where(V < f32(fcy), r_top, r_bot)
+    jp = float(f32(p["jaw_power"]))
+    r = np.sqrt(dx * dx + dy_t * dy_t)
+    below = V >= f32(fcy)
+    rows = np.flatnonzero(below.any(axis=1))
+    if rows.size:  # the superellipse (x^p + y^p)^(1/p) only on the rows that reach below the centre
+        low = slice(int(rows[0]), None)
+        r_bot = _superellipse_r(dx[low], np.abs(dy_b[low]), jp)
+        r[low] = np.where(below[low], r_bot, r[low])
     alpha = _edge((1.0 - r) * min(fw, fht, fhb), cv.px)
     shade = f32(1.0) - f32(0.18) * r * r + f32(v["face_shade"]) * U
     cv.blend(win, alpha, _skin(p)[:, None, None] * shade[None])
@@ -258,7 +353,7 @@ def _hair_front(cv: _Canvas, p: dict[str, Any]) -> None:
     r = _ellipse_r(U, V, 0.0, fcy, rx, ry)
     xs = U * f32(1.0 / fw)
     line = f32(fcy + p["hairline"]) + f32(0.25 * p["hairline_curve"]) * xs * xs * np.abs(xs) + f32(p["hair_part"] * 0.3) * xs
-    line = line + f32(p["fringe_wave"]) * np.sin(f32(p["fringe_freq"]) * U)
+    line = line + f32(p["fringe_wave"]) * cv.sin_u(win, float(f32(p["fringe_freq"])))
     a = _edge((1.0 - r) * min(rx, ry), cv.px) * _edge(line - V, cv.px)
     cv.blend(win, a, hair)
 
@@ -307,12 +402,12 @@ def _brows(cv: _Canvas, p: dict[str, Any], v: dict[str, Any]) -> None:
             continue
         U, V = cv.coords(win)
         ang = sgn * p["brow_angle"]
-        c, s = f32(math.cos(ang)), f32(math.sin(ang))
+        s, c = (f32(t) for t in sincos(ang))
         ddx, ddy = U - f32(bx), V - f32(by)
         xr = c * ddx + s * ddy
         yr = -s * ddx + c * ddy
         curve = -f32(p["brow_arch"]) * xr * xr
-        half_t = f32(p["brow_thick"] * 0.5) * (f32(1.0) - f32(0.5) * (xr * f32(2.0 / L)) ** 2 * sgn * np.sign(xr))
+        half_t = f32(p["brow_thick"] * 0.5) * (f32(1.0) - f32(0.5) * np.square(xr * f32(2.0 / L)) * sgn * np.sign(xr))
         a = _edge(half_t - np.abs(yr - curve), px) * _edge(f32(L / 2) - np.abs(xr), px)
         cv.blend(win, a, brow_col)
 
@@ -371,7 +466,7 @@ def _glasses(cv: _Canvas, p: dict[str, Any], yaw: float) -> None:
     px = cv.px
     ey = p["face_cy"] + p["eye_y"]
     gr = p["glasses_r"] * p["eye_rx"]
-    gpow = f32(p["glasses_power"])
+    gpow = float(f32(p["glasses_power"]))
     th = p["glasses_thick"]
     centres = []
     for sgn in (-1.0, 1.0):
@@ -383,7 +478,8 @@ def _glasses(cv: _Canvas, p: dict[str, Any], yaw: float) -> None:
         if win is None:
             continue
         U, V = cv.coords(win)
-        rr = (np.abs((U - f32(cx)) * f32(1.0 / grx)) ** gpow + np.abs((V - f32(ey)) * f32(1.0 / gry)) ** gpow) ** (f32(1.0) / gpow)
+        sx, sy = np.abs((U - f32(cx)) * f32(1.0 / grx)), np.abs((V - f32(ey)) * f32(1.0 / gry))
+        rr = _superellipse_r(sx, sy, gpow)
         a = _edge(f32(th / 2) - np.abs(rr - f32(1.0)) * f32(min(grx, gry)), px)
         cv.blend(win, a, p["glasses_colour"])
     bx0, bx1 = centres[0] + gr * 0.95, centres[1] - gr * 0.95
@@ -404,12 +500,13 @@ def _lighting(img: np.ndarray, v: dict[str, Any]) -> None:
     img += gain * ((0.5 - 0.5 * k) * v["cast"]).astype(np.float32)[:, None, None]
 
 
-def _degrade(out: np.ndarray, v: dict[str, Any]) -> np.ndarray:
-    """Blur then pixel noise of the uint8 image."""
-    out = _blur(out, v["blur"])
+def _degrade(img: np.ndarray, v: dict[str, Any]) -> np.ndarray:
+    """Blur then pixel noise of the float image (clipped to [0, 1] first, as a camera would)."""
+    np.clip(img, f32(0.0), f32(1.0), out=img)
+    img = _blur(img, v["blur"])
     if v["noise"] > 0:
-        out = _to_uint8(out * f32(1.0 / 255.0) + _noise_crop(v["noise_seed"]) * f32(v["noise"]))
-    return out
+        img = img + _noise_crop(v["noise_seed"]) * f32(v["noise"])
+    return img
 
 
 # -- public ----------------------------------------------------------------------------------------
@@ -439,4 +536,4 @@ def render_face_chw(identity: dict[str, Any], variation: dict[str, Any]) -> np.n
     _moles(cv, p, yaw)
     _glasses(cv, p, yaw)
     _lighting(cv.img, v)
-    return _degrade(_to_uint8(cv.img), v)
+    return _to_uint8(_degrade(cv.img, v))
