@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
-import hashlib
+import json
 import multiprocessing
+import os
 import pickle
+import platform
+import subprocess
+import sys
 import time
 
 import numpy as np
@@ -199,24 +203,95 @@ def test_raw_pixel_cosine_is_a_weak_verifier(default_pairs):
     assert scores[default_pairs.issame].mean() > scores[~default_pairs.issame].mean()
 
 
-# -- the split into params / render / dataset / benchmarks kept every byte -----------------------------
+# -- the same bytes on every machine ---------------------------------------------------------------
+
+# The checksums below were computed once (renderer of issue 17: portable_math instead of numpy's SIMD
+# transcendentals, libm and Pillow's blur) and must hold on every machine. The script renders the
+# default training set's faces (configs/data/synthetic.yaml: 200 x 30, seed 42; every 97th image),
+# the five benchmarks at 40 pairs each (identities and nuisances as at 1,000 pairs, fewer of them) and
+# 5 faces at nuisance scales 0, 0.5 and 2; it also hashes numpy and torch transcendental kernels on a
+# fixed input ("probe"), which shows whether a kernel choice really changed the kernels.
+_CHECKSUM_SCRIPT = r"""
+import hashlib, json
+import numpy as np, torch
+from elasticface.data.synthetic import SYNTHETIC_BENCHMARKS, SyntheticFaces, identity_params, render_face, synthetic_val_sets, variation_params
+out = {}
+h = hashlib.sha256()
+ds = SyntheticFaces(num_identities=200, images_per_identity=30, seed=42, cache=False)
+for i in list(range(0, 6000, 97)) + [5999]:
+    h.update(ds[i][0].numpy().tobytes())
+out["train"] = h.hexdigest()
+for name, p in synthetic_val_sets(list(SYNTHETIC_BENCHMARKS), num_identities=100, num_pairs=40, seed=1).items():
+    out[name] = hashlib.sha256(p.images.numpy().tobytes() + np.asarray(p.issame).tobytes()).hexdigest()
+h = hashlib.sha256()
+for scale in (0.0, 0.5, 2.0):
+    for k in range(5):
+        h.update(render_face(identity_params(k, 3), variation_params(k, k + 1, 3, scale)).tobytes())
+out["scales"] = h.hexdigest()
+x = np.random.default_rng(0).uniform(-10.0, 10.0, 4099)
+probe = [np.exp(x), np.sin(x), np.power(np.abs(x), 1.7), np.exp(x.astype(np.float32)), np.sin(x.astype(np.float32))]
+t = torch.from_numpy(x.astype(np.float32))
+out["probe_numpy"] = hashlib.sha256(b"".join(a.tobytes() for a in probe)).hexdigest()
+# softmax differs between torch's default, avx2 and avx512 kernels (vector width); exp or sin alone do not here
+out["probe_torch"] = hashlib.sha256(torch.cat([t.softmax(0), t.sigmoid(), t.abs().pow(1.7)]).numpy().tobytes()).hexdigest()
+out["torch_capability"] = torch.backends.cpu.get_cpu_capability()
+print(json.dumps(out))
+"""
+
+EXPECTED_CHECKSUMS = {
+    "train": "204fbe563c7092911d6e87386b35ae34e995d8db1a7befdd36698b0567975c3d",
+    "synthetic": "d20ff3b69596562161d0689a176dbf3f333cbeb2a41666a26d04d84743a3be84",
+    "pose": "da41c0132cf5a4a4c288b6675a2a9ab7dd8b6bfb7d503dbcb0a8bee046894e88",
+    "lighting": "afa8ffda7ac5ded045e8cd44439a6e39eaa1614f0749c5e5f793cf667baee2e5",
+    "expression": "09d88737bfd08a8181fbfd7303216e0883246a0d5f2b9adfe80ee01fe68aa662",
+    "hard": "50d829ebcb11649e287456420909bc8e805df1f9c194c1d71e568f8f2c7676a4",
+    "scales": "3e80fed4e2a7038ab475a2f3e676aec32e8ba5c9e0ef07ab1bab5c08768b2cea",
+}
+
+_NUMPY_AVX2 = "SSE SSE2 SSE3 SSSE3 SSE41 POPCNT SSE42 AVX F16C FMA3 AVX2"  # what an AVX2-only x86-64 CPU offers
+_NUMPY_BASELINE = "SSE SSE2 SSE3 SSSE3 SSE41 POPCNT SSE42"  # numpy's x86-64 baseline: no AVX kernels at all
 
 
-def test_default_images_are_bit_identical_to_the_unsplit_module():
-    """Checksums computed with the single-file synthetic.py (commit d92da84) before it was split up."""
-    h = hashlib.sha256()
-    ds = SyntheticFaces(num_identities=200, images_per_identity=30, seed=42, cache=False)  # configs/data/synthetic.yaml
-    for i in list(range(0, 6000, 97)) + [5999]:
-        h.update(ds[i][0].numpy().tobytes())
-    assert h.hexdigest() == "764d8ef560364bf7cbd9a83f1271f465d92604dd594f04327c584d0dba34badb"
-    p = synthetic_pairs("synthetic", 100, 40, 1)
-    digest = hashlib.sha256(p.images.numpy().tobytes() + np.asarray(p.issame).tobytes()).hexdigest()
-    assert digest == "68c90fa2b6a67508cf6b69aa6172db4c3dba91b43e5df5090416e3973c71394c"
-    h = hashlib.sha256()
-    for scale in (0.0, 0.5, 2.0):
-        for k in range(5):
-            h.update(render_face(identity_params(k, 3), variation_params(k, k + 1, 3, scale)).tobytes())
-    assert h.hexdigest() == "ef89b8780f860a7d10f1c439967ac15fa438c35b377a53c54140e96f09ab8a64"
+def _kernel_choices() -> dict[str, dict[str, str]]:
+    """Environments that make numpy and torch pick other SIMD kernels on this machine: each numpy choice
+    and each torch capability at least once (a choice the CPU cannot offer is left out)."""
+    from numpy._core._multiarray_umath import __cpu_features__ as cpu
+
+    choices: dict[str, dict[str, str]] = {"numpy all, torch avx512": {"ATEN_CPU_CAPABILITY": "avx512"}}
+    if platform.machine().lower() in ("x86_64", "amd64"):
+        if all(cpu.get(f) for f in _NUMPY_AVX2.split()):
+            choices["numpy AVX2, torch avx2"] = {"NPY_ENABLE_CPU_FEATURES": _NUMPY_AVX2, "ATEN_CPU_CAPABILITY": "avx2"}
+        choices["numpy baseline, torch default"] = {"NPY_ENABLE_CPU_FEATURES": _NUMPY_BASELINE, "ATEN_CPU_CAPABILITY": "default"}
+    else:
+        choices["numpy all, torch default"] = {"ATEN_CPU_CAPABILITY": "default"}
+    return choices
+
+
+def _checksums_under(env: dict[str, str]) -> subprocess.Popen:
+    full = {k: v for k, v in os.environ.items() if k not in ("NPY_ENABLE_CPU_FEATURES", "NPY_DISABLE_CPU_FEATURES", "ATEN_CPU_CAPABILITY")}
+    full.update(env, OMP_NUM_THREADS="1")
+    return subprocess.Popen([sys.executable, "-c", _CHECKSUM_SCRIPT], env=full, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def test_faces_have_one_checksum_whatever_simd_kernels_numpy_and_torch_pick():
+    """The renderer in fresh processes under several numpy and torch kernel choices: one set of checksums,
+    the stored one. The probe proves the choices took effect (on an AVX-512 CPU numpy's AVX2 kernels give
+    other bits; torch's differ between default, avx2 and avx512), so the equality is not vacuous."""
+    choices = _kernel_choices()
+    procs = {name: _checksums_under(env) for name, env in choices.items()}
+    results = {}
+    for name, proc in procs.items():
+        stdout, stderr = proc.communicate(timeout=300)
+        assert proc.returncode == 0, f"{name}: {stderr[-3000:]}"
+        results[name] = json.loads(stdout)
+    for name, got in results.items():
+        assert {k: got[k] for k in EXPECTED_CHECKSUMS} == EXPECTED_CHECKSUMS, f"{name} ({choices[name]}): {got}"
+    capabilities = {got["torch_capability"] for got in results.values()}
+    torch_probes = {got["probe_torch"] for got in results.values()}
+    assert len(torch_probes) == len(capabilities), results  # torch's kernels did change with its capability
+    if "numpy AVX2, torch avx2" in results and results["numpy all, torch avx512"]["torch_capability"] == "AVX512":
+        # an AVX-512 machine: numpy's transcendental kernels differ from its AVX2 ones (they do with numpy 2.4)
+        assert results["numpy all, torch avx512"]["probe_numpy"] != results["numpy AVX2, torch avx2"]["probe_numpy"]
 
 
 # -- named benchmarks ------------------------------------------------------------------------------
