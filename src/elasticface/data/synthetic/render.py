@@ -123,7 +123,7 @@ _SUPERELLIPSE_TABLES: dict[float, tuple[np.ndarray, np.ndarray]] = {}
 def _superellipse_r(x: np.ndarray, y: np.ndarray, power: float) -> np.ndarray:
     """(x^p + y^p)^(1/p) for x, y >= 0 (float32), as a * g(b / a) with a = max, b = min and
     g(t) = (1 + t^p)^(1/p) on [0, 1] interpolated linearly in a table built once per power
-    (relative error below 1e-4, a few thousandths of a pixel at the edge): a dozen numpy operations."""
+    (relative error below 1e-5, a thousandth of a pixel at the edge): a dozen numpy operations."""
     table = _SUPERELLIPSE_TABLES.get(power)
     if table is None:
         if len(_SUPERELLIPSE_TABLES) > 4096:
