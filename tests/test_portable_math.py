@@ -57,3 +57,44 @@ def test_superellipse_and_blur_match_their_definitions():
     assert _blur(img, 0.2) is img  # below 0.3 px: no blur
     flat = np.full((3, 112, 112), 0.25, dtype=np.float32)
     assert np.allclose(_blur(flat, 1.5), 0.25, atol=1e-6)  # edges extended: a flat image stays flat
+
+
+# What decides a synthetic pixel must have one answer on every machine (README "Same faces on every
+# machine"): a static check that catches a forbidden call even on a machine whose kernels happen to agree.
+_FORBIDDEN = {
+    "np": {"exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "sin", "cos", "tan", "arcsin", "arccos", "arctan",
+           "arctan2", "sinh", "cosh", "tanh", "power", "float_power", "hypot", "sum", "mean", "dot", "matmul", "einsum",
+           "convolve", "cumsum", "std", "var", "linalg", "fft"},
+    "math": {"exp", "expm1", "log", "log1p", "log2", "log10", "sin", "cos", "tan", "atan", "atan2", "asin", "acos",
+             "pow", "hypot", "sinh", "cosh", "tanh", "erf", "fsum"},
+}
+
+
+def test_renderer_uses_no_machine_dependent_operation():
+    import ast
+    from pathlib import Path
+
+    import elasticface.data.synthetic as synthetic
+
+    folder = Path(synthetic.__file__).parent
+    found = []
+    for path in sorted(folder.glob("*.py")):
+        if path.name == "portable_math.py":  # the one home of exp/log/sin/cos/pow, built from + - * /
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            where = f"{path.name}:{getattr(node, 'lineno', '?')}"
+            if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
+                if node.attr in _FORBIDDEN.get(node.value.id, ()):
+                    found.append(f"{where} {node.value.id}.{node.attr}")
+                if node.value.id == "torch" and node.attr not in {"Tensor", "from_numpy", "utils"}:
+                    found.append(f"{where} torch.{node.attr}")
+            if isinstance(node, (ast.Import, ast.ImportFrom)):
+                names = [node.module or ""] if isinstance(node, ast.ImportFrom) else [a.name for a in node.names]
+                found += [f"{where} import {n}" for n in names if n.split(".")[0] in {"PIL", "scipy", "cv2"}]
+            if isinstance(node, ast.BinOp) and isinstance(node.op, ast.MatMult):
+                found.append(f"{where} @")
+            if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Pow):
+                exponent = node.right
+                if not (isinstance(exponent, ast.Constant) and isinstance(exponent.value, int)):
+                    found.append(f"{where} ** with a non-integer exponent")
+    assert not found, found
