@@ -141,15 +141,23 @@ class FaceRecognitionModule(pl.LightningModule):
         if gradient_clip_val:
             self.clip_gradients(optimizer, gradient_clip_val, gradient_clip_algorithm)
 
-    def train(self, mode: bool = True) -> "FaceRecognitionModule":
+    def freeze_backbone_bn(self) -> None:
         """With freeze_backbone_bn, the backbone's BatchNorm layers stay in eval mode: their running
         statistics keep the values the weights came with."""
-        super().train(mode)
-        if mode and self.hparams.get("freeze_backbone_bn"):
+        if self.hparams.get("freeze_backbone_bn"):
             for m in self.backbone.modules():
                 if isinstance(m, nn.modules.batchnorm._BatchNorm):
                     m.eval()
+
+    def train(self, mode: bool = True) -> "FaceRecognitionModule":
+        super().train(mode)
+        if mode:
+            self.freeze_backbone_bn()
         return self
+
+    def on_train_epoch_start(self) -> None:
+        # Lightning does not call train() when fitting starts, and restores each submodule's mode after validation
+        self.freeze_backbone_bn()
 
     def param_groups(self) -> list[dict[str, Any]]:
         """The backbone at optimizer.lr x backbone_lr_scale, everything else (class centres, head) at optimizer.lr."""

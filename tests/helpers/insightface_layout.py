@@ -26,6 +26,9 @@ Shape = tuple[int, ...]
 
 IRESNET_BLOCKS = {"iresnet18": (2, 2, 2, 2), "iresnet34": (3, 4, 6, 3), "iresnet50": (3, 4, 14, 3),
                   "iresnet100": (3, 13, 30, 3), "iresnet200": (6, 26, 60, 6)}
+#: this project's CPU demo backbone: insightface's layout at widths 16-128, one block per stage, the first
+#: stage at stride 1 (so its block has no downsample shortcut)
+TINY = dict(blocks=(1, 1, 1, 1), widths=(16, 32, 64, 128), strides=(1, 2, 2, 2))
 #: entries of the released state_dicts (parameters and BN buffers), as REFERENCE.md gives them
 KEY_COUNTS = {"iresnet50": 475, "iresnet100": 925, "mobilefacenet": 333}
 
@@ -37,13 +40,15 @@ def _bn(out: "OrderedDict[str, Shape]", name: str, c: int) -> None:
 
 
 def iresnet_layout(blocks: tuple[int, ...], embedding_size: int = 512, se: bool = False,
-                   widths: tuple[int, ...] = (64, 128, 256, 512)) -> "OrderedDict[str, Shape]":
+                   widths: tuple[int, ...] = (64, 128, 256, 512),
+                   strides: tuple[int, ...] = (2, 2, 2, 2)) -> "OrderedDict[str, Shape]":
     out: OrderedDict[str, Shape] = OrderedDict()
-    out["conv1.weight"] = (64, 3, 3, 3)
-    _bn(out, "bn1", 64)
-    out["prelu.weight"] = (64,)
-    in_c = 64
-    for stage, (n, c) in enumerate(zip(blocks, widths), start=1):
+    stem = widths[0]  # insightface: 64, the first stage's width
+    out["conv1.weight"] = (stem, 3, 3, 3)
+    _bn(out, "bn1", stem)
+    out["prelu.weight"] = (stem,)
+    in_c = stem
+    for stage, (n, c, stride) in enumerate(zip(blocks, widths, strides), start=1):
         for i in range(n):
             p = f"layer{stage}.{i}"
             cin = in_c if i == 0 else c
@@ -56,7 +61,7 @@ def iresnet_layout(blocks: tuple[int, ...], embedding_size: int = 512, se: bool 
             if se:
                 out[f"{p}.se_block.fc1.weight"] = (c // 16, c, 1, 1)
                 out[f"{p}.se_block.fc2.weight"] = (c, c // 16, 1, 1)
-            if i == 0:
+            if i == 0 and (stride != 1 or cin != c):
                 out[f"{p}.downsample.0.weight"] = (c, cin, 1, 1)
                 _bn(out, f"{p}.downsample.1", c)
         in_c = c
