@@ -73,8 +73,10 @@ def test_spec_layouts_have_the_published_key_counts():
 # -- loading released files ------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("name,prefix", [("iresnet18", ""), ("iresnet18", "module."), ("iresnet50", "module."),
-                                         ("mobilefacenet", ""), ("mobilefacenet", "module.")])
+@pytest.mark.parametrize("name,prefix", [("iresnet18", "module."), ("mobilefacenet", ""),
+                                         pytest.param("iresnet18", "", marks=pytest.mark.slow),
+                                         pytest.param("iresnet50", "module.", marks=pytest.mark.slow),
+                                         pytest.param("mobilefacenet", "module.", marks=pytest.mark.slow)])
 def test_released_file_loads_strictly_into_the_same_named_backbone(name, prefix, tmp_path):
     layout = mobilefacenet_layout() if name == "mobilefacenet" else iresnet_layout(IRESNET_BLOCKS[name])
     state = released_state_dict(layout, seed=1, prefix=prefix)
@@ -153,7 +155,8 @@ def test_whole_pickled_model_is_refused(tmp_path):
 def test_lightning_checkpoint_as_weights_is_refused(tmp_path):
     path = _save(tmp_path / "last.ckpt", {"state_dict": {"backbone.conv1.weight": torch.zeros(1)}, "epoch": 3,
                                          "global_step": 12, "pytorch-lightning_version": "2.6.0"})
-    with pytest.raises(WeightsError, match=r"last\.ckpt: a Lightning checkpoint .*epoch 3, step 12.*--format pth"):
+    assert file_kind(path) == "lightning"
+    with pytest.raises(WeightsError, match=r"last\.ckpt: a Lightning checkpoint .*ckpt_path=.*--format pth"):
         load_backbone_weights(B.build_backbone("iresnet_tiny"), path)
 
 
@@ -212,12 +215,11 @@ def test_non_strict_loads_what_fits_and_reports_the_rest(tmp_path):
 
 
 def test_exported_models_are_refused_as_training_weights(tmp_path):
-    model = B.build_backbone("iresnet_tiny", embedding_size=32).eval()
     path = str(tmp_path / "model.pt")
-    torch.jit.trace(model, _faces()).save(path)
+    torch.jit.script(torch.nn.Linear(2, 2)).save(path)
     assert file_kind(path) == "torchscript"
     with pytest.raises(WeightsError, match=r"model\.pt: an exported torchscript model"):
-        load_backbone_weights(model, path)
+        load_backbone_weights(B.build_backbone("iresnet_tiny", embedding_size=32), path)
 
 
 # -- training from a file --------------------------------------------------------------------------------
@@ -239,7 +241,7 @@ def test_finetune_from_file_frozen_bn_and_backbone_lr(tiny_cfg, tmp_path):
 
     path = _tiny_file(tmp_path, prefix="module.", seed=5)
     cfg = tiny_cfg(f"weights={path}", "model.backbone_lr_scale=0.0", "model.freeze_backbone_bn=true",
-                   "trainer.max_epochs=1", "logger=[]")
+                   "trainer.max_epochs=1", "trainer.limit_train_batches=2", "logger=[]", "pixel_baseline=false")
     summary = run(cfg)
     assert summary["weights"]["sha256"] == hashlib.sha256(Path(path).read_bytes()).hexdigest()
     assert summary["weights"]["file"] == path and summary["weights"]["prefix_removed"] == "module."
@@ -308,6 +310,7 @@ def _eval(weights: str, bins: Path, out: Path, *extra: str) -> list[dict]:
     return run(cfg, output_dir=str(out))
 
 
+@pytest.mark.slow
 def test_train_export_pth_eval_gives_the_ckpt_accuracy(trained, tmp_path):
     from elasticface.eval.export import main as export_main
 
@@ -325,6 +328,7 @@ def test_train_export_pth_eval_gives_the_ckpt_accuracy(trained, tmp_path):
     assert _eval(str(pth), bins, tmp_path / "c", "weights=null", f"ckpt_path={pth}")[0]["acc"] == from_ckpt[0]["acc"]
 
 
+@pytest.mark.slow
 def test_onnx_round_trip_from_ckpt_and_from_state_dict(trained, tmp_path):
     pytest.importorskip("onnxruntime")
     from elasticface.eval.export import main as export_main

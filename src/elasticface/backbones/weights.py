@@ -45,6 +45,8 @@ __all__ = [
 
 #: a DDP-wrapped model's state_dict keys start with this
 DDP_PREFIX = "module."
+#: the top-level key that marks a Lightning checkpoint
+LIGHTNING_KEY = "pytorch-lightning_version"
 
 
 class WeightsError(ValueError):
@@ -56,7 +58,7 @@ class WeightsError(ValueError):
 
 def open_model_file(path: str) -> tuple[str, Any]:
     """``(kind, content)``: kind is ``"onnx"``, ``"torchscript"``, ``"lightning"`` (a checkpoint of this project's
-    module) or ``"state_dict"``; content is what ``torch.load`` returned (None for onnx and torchscript).
+    module) or ``"state_dict"``; content: the state_dict, or None for the other kinds (loaded by their own readers).
 
     TorchScript archives are zip files with a ``code/`` folder and ``constants.pkl``; everything else
     torch wrote is opened with ``torch.load(weights_only=True)`` (no code runs) and looked at.
@@ -66,15 +68,25 @@ def open_model_file(path: str) -> tuple[str, Any]:
         return "onnx", None
     if zipfile.is_zipfile(path):
         try:
-            with zipfile.ZipFile(path) as archive:
-                names = archive.namelist()
+            archive = zipfile.ZipFile(path)
         except (zipfile.BadZipFile, OSError) as err:
             raise WeightsError(f"{path}: a damaged zip archive ({err}); the file is truncated or corrupt") from err
-        if any(n.endswith("/constants.pkl") or "/code/" in n for n in names):
-            return "torchscript", None
+        with archive:
+            names = archive.namelist()
+            if any(n.endswith("/constants.pkl") or "/code/" in n for n in names):
+                return "torchscript", None
+            # a Lightning checkpoint is told by its top-level key, read off the pickle without unpickling it:
+            # its callbacks may hold objects that weights_only loading refuses
+            pickled = next((n for n in names if n.endswith("/data.pkl")), None)
+            try:
+                lightning = pickled is not None and LIGHTNING_KEY.encode() in archive.read(pickled)
+            except (zipfile.BadZipFile, OSError, EOFError) as err:
+                raise WeightsError(f"{path}: a damaged zip archive ({err}); the file is truncated or corrupt") from err
+            if lightning:
+                return "lightning", None
     obj = _torch_load(path)
-    if isinstance(obj, Mapping) and "state_dict" in obj and "pytorch-lightning_version" in obj:
-        return "lightning", obj
+    if isinstance(obj, Mapping) and "state_dict" in obj and LIGHTNING_KEY in obj:
+        return "lightning", None
     return "state_dict", _as_state_dict(obj, path)  # raises for anything else
 
 
@@ -107,6 +119,14 @@ def _torch_load(path: str) -> Any:
         ) from err
 
 
+def _lightning_as_weights(path: str) -> WeightsError:
+    return WeightsError(
+        f"{path}: a Lightning checkpoint (the whole training state: model, class centres, optimizer), not a backbone "
+        f"state_dict. To continue that run use ckpt_path=; to start a new run from its backbone write it out first: "
+        f"python -m elasticface.eval.export --weights {path} --format pth --out backbone.pth"
+    )
+
+
 def _describe_object(obj: Any) -> str:
     if isinstance(obj, Mapping):
         keys = list(obj)[:6]
@@ -115,13 +135,8 @@ def _describe_object(obj: Any) -> str:
 
 
 def _as_state_dict(obj: Any, path: str) -> dict[str, Tensor]:
-    if isinstance(obj, Mapping) and "state_dict" in obj and "pytorch-lightning_version" in obj:
-        raise WeightsError(
-            f"{path}: a Lightning checkpoint (whole training state: epoch {obj.get('epoch')}, step "
-            f"{obj.get('global_step')}), not a backbone state_dict. To continue that run use ckpt_path=; to start a "
-            f"new run from its backbone write it out first: python -m elasticface.eval.export --weights {path} "
-            f"--format pth --out backbone.pth"
-        )
+    if isinstance(obj, Mapping) and "state_dict" in obj and LIGHTNING_KEY in obj:
+        raise _lightning_as_weights(path)
     if not isinstance(obj, Mapping) or not obj:
         raise WeightsError(f"{path}: expected a state_dict (a dict of parameter name -> tensor), found {_describe_object(obj)}")
     bad = [k for k, v in obj.items() if not isinstance(k, str) or not isinstance(v, Tensor)]
@@ -141,6 +156,8 @@ def read_state_dict(path: str) -> tuple[dict[str, Tensor], str]:
     the file and what it holds.
     """
     kind, obj = open_model_file(path)
+    if kind == "lightning":
+        raise _lightning_as_weights(path)
     if kind in ("onnx", "torchscript"):
         raise WeightsError(
             f"{path}: an exported {kind} model, not a state_dict; eval.py and embed run it as it is (weights=...), "
