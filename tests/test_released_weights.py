@@ -234,6 +234,19 @@ def test_train_refuses_a_bad_file_before_reading_data(tiny_cfg, tmp_path):
         run(cfg)
 
 
+def test_eval_refuses_a_bad_file_before_reading_data(tmp_path):
+    from elasticface.eval.run import run
+
+    layout = iresnet_layout(embedding_size=32, se=True, **TINY)
+    path = _save(tmp_path / "se.pth", released_state_dict(layout))
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(version_base="1.3", config_dir=str(ROOT / "configs")):
+        cfg = compose(config_name="eval", overrides=["backbone=tiny", f"weights={path}",
+                                                     f"data.val_root={tmp_path / 'no_such_folder'}", "device=cpu"])
+    with pytest.raises(WeightsError, match=r"se\.pth: an ElasticFace SE=True model"):
+        run(cfg, output_dir=str(tmp_path / "out"))
+
+
 def test_finetune_from_file_frozen_bn_and_backbone_lr(tiny_cfg, tmp_path):
     """weights= starts the backbone from the file; backbone_lr_scale=0 and freeze_backbone_bn keep every backbone
     tensor as loaded while the class centres train; summary.json records the file and its SHA-256."""
