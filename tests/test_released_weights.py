@@ -198,6 +198,9 @@ def test_named_architecture_that_does_not_fit_names_what_the_file_looks_like(tmp
     msg = str(info.value)
     assert "r18.pth: does not fit iresnet34" in msg and "looks like iresnet18" in msg
     assert "Missing keys: layer1.2.bn1.weight" in msg and "Unexpected keys: none" in msg
+    # another architecture is named as such, even when the embedding size differs too
+    with pytest.raises(WeightsError, match=r"r18\.pth: does not fit iresnet_tiny .*looks like iresnet18"):
+        load_backbone_weights(B.build_backbone("iresnet_tiny", embedding_size=32), path)
 
 
 def test_non_strict_loads_what_fits_and_reports_the_rest(tmp_path):

@@ -328,8 +328,9 @@ def load_backbone_weights(model: nn.Module, path: str, strict: bool = True,
     name = _model_name(model)
     model_layout = layout_of(model.state_dict())
     embedding = getattr(model, "embedding_size", None)
+    same_architecture = _at(file_layout, None) == _at(model_layout, None)  # then only the embedding size may differ
     if file_layout.embedding_size is not None and embedding is not None and file_layout.embedding_size != embedding \
-            and file_layout.family == model_layout.family:
+            and same_architecture:
         raise WeightsError(
             f"{path}: holds a {file_layout.embedding_size}-d embedding ({file_layout}) but the model is built with "
             f"model.embedding_size={embedding}; set model.embedding_size={file_layout.embedding_size}"
