@@ -350,8 +350,8 @@ def load_backbone_weights(model: nn.Module, path: str, strict: bool = True,
             f"{path}: does not fit {name} (strict loading). The file looks like "
             f"{looks + ' (' + str(file_layout) + ')' if looks else file_layout}; the model is {model_layout}. "
             f"Missing keys: {_first(missing)}. Unexpected keys: {_first(unexpected)}. Shape mismatches: "
-            f"{_first(mismatched)}. Name the matching architecture with backbone=<option>, or load what fits with "
-            f"weights_strict=false"
+            f"{_first(mismatched)}. Name the matching architecture with backbone=<option> (train.py: "
+            f"weights_strict=false loads what fits)"
         )
     usable = {k: v for k, v in state.items() if k in want and v.shape == want[k].shape}
     target.load_state_dict(usable, strict=strict)
