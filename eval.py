@@ -1,4 +1,4 @@
-"""Evaluate a checkpoint or exported model: `python eval.py ckpt_path=... data.val_root=/data/faces_emore`.
+"""Evaluate a model file: `python eval.py weights=last.ckpt|backbone.pth|model.onnx data.val_root=/data/faces_emore`.
 
 A thin wrapper: the job is `elasticface.cli.eval.main`, also installed as the `elasticface-eval` command.
 """

@@ -47,8 +47,12 @@ class FaceRecognitionModule(pl.LightningModule):
         embedding_size: int = 512,
         clip_grad_norm: float | None = 5.0,
         val_flip: bool = True,
+        backbone_lr_scale: float = 1.0,
+        freeze_backbone_bn: bool = False,
     ) -> None:
         super().__init__()
+        if isinstance(backbone_lr_scale, bool) or not isinstance(backbone_lr_scale, (int, float)) or not backbone_lr_scale >= 0:
+            raise ValueError(f"model.backbone_lr_scale={backbone_lr_scale!r}: expected a number >= 0")
         backbone, head, centers, optimizer, scheduler = map(_plain, (backbone, head, centers, optimizer, scheduler))
         self.save_hyperparameters(logger=False)  # train.py logs the whole resolved config instead
         self.backbone: nn.Module = instantiate(backbone)
@@ -137,8 +141,37 @@ class FaceRecognitionModule(pl.LightningModule):
         if gradient_clip_val:
             self.clip_gradients(optimizer, gradient_clip_val, gradient_clip_algorithm)
 
+    def freeze_backbone_bn(self) -> None:
+        """With freeze_backbone_bn, the backbone's BatchNorm layers stay in eval mode: their running
+        statistics keep the values the weights came with."""
+        if self.hparams.get("freeze_backbone_bn"):
+            for m in self.backbone.modules():
+                if isinstance(m, nn.modules.batchnorm._BatchNorm):
+                    m.eval()
+
+    def train(self, mode: bool = True) -> "FaceRecognitionModule":
+        super().train(mode)
+        if mode:
+            self.freeze_backbone_bn()
+        return self
+
+    def on_train_epoch_start(self) -> None:
+        # Lightning does not call train() when fitting starts, and restores each submodule's mode after validation
+        self.freeze_backbone_bn()
+
+    def param_groups(self) -> list[dict[str, Any]]:
+        """The backbone at optimizer.lr x backbone_lr_scale, everything else (class centres, head) at optimizer.lr."""
+        scale = float(self.hparams.get("backbone_lr_scale", 1.0))
+        if scale == 1.0:
+            return [{"params": list(self.parameters())}]
+        backbone = list(self.backbone.parameters())
+        ids = {id(p) for p in backbone}
+        rest = [p for p in self.parameters() if id(p) not in ids]
+        return [{"params": backbone, "lr": float(self.hparams.optimizer["lr"]) * scale, "name": "backbone"},
+                {"params": rest, "name": "centers_head"}]
+
     def configure_optimizers(self) -> Any:
-        optimizer = instantiate(self.hparams.optimizer)(params=self.parameters())
+        optimizer = instantiate(self.hparams.optimizer)(params=self.param_groups())
         if not self.hparams.scheduler:
             return optimizer
         scheduler = instantiate(self.hparams.scheduler)(optimizer=optimizer,

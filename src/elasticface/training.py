@@ -80,6 +80,23 @@ def build_trainer(cfg: DictConfig) -> tuple[pl.Trainer, Throughput]:
     return trainer, throughput
 
 
+def start_backbone(cfg: DictConfig) -> tuple[torch.nn.Module | None, dict[str, Any] | None]:
+    """`weights=<file>`: the configured backbone, loaded from a released or exported state_dict, and what was
+    loaded (file, SHA-256, what was skipped). Built before any data is read, so a wrong file fails at once,
+    and under a forked random state, so the run's own draws (centres, head) match a run without weights."""
+    path = cfg.get("weights")
+    if not path:
+        return None, None
+    from elasticface.backbones.weights import load_backbone_weights
+
+    with torch.random.fork_rng(devices=[]):
+        backbone = instantiate(cfg.model.backbone)
+    report = load_backbone_weights(backbone, str(path), strict=bool(cfg.get("weights_strict", True)))
+    log.info("backbone %s starts from %s (sha256 %s, %d tensors%s)", cfg.model.backbone.get("name"), report.path,
+             report.sha256[:12], report.loaded, "" if report.strict else ", non-strict")
+    return backbone, report.as_dict()
+
+
 def hyperparameters(cfg: DictConfig) -> dict[str, Any]:
     """The resolved config, flattened, with the sweep axes (m, s, sigma) and the group choices up front."""
     params: dict[str, Any] = {"m": cfg.get("m"), "s": cfg.get("s"), "sigma": cfg.get("sigma"), "seed": cfg.get("seed")}
@@ -105,9 +122,13 @@ def run(cfg: DictConfig) -> dict[str, Any]:
         log.info(format_summary(finished))
         return finished
 
+    start, weights = start_backbone(cfg)
     datamodule: FaceDataModule = instantiate(cfg.data)
     datamodule.setup("fit")
     model = build_module(cfg, datamodule.num_classes)
+    if start is not None:
+        model.backbone.load_state_dict(start.state_dict())
+        del start
     trainer, throughput = build_trainer(cfg)
     params = hyperparameters(cfg)
     for logger in trainer.loggers:
@@ -128,6 +149,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     train_seconds = time.perf_counter() - started
 
     summary = make_summary(cfg, trainer, model, baselines, train_seconds, throughput, params)
+    summary["weights"] = weights  # the file the backbone started from, with its SHA-256 (None: random init)
     if trainer.is_global_zero:
         (output_dir / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
         log.info(format_summary(summary))

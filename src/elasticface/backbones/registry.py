@@ -52,8 +52,8 @@ def refuse_pretrained(name: str, pretrained: bool) -> None:
         raise ValueError(
             f"No pretrained weights can be downloaded for face backbone '{name}'. Pass a local "
             f"state dict instead: timm.create_model('{name}', checkpoint_path='/path/backbone.pth') "
-            f"(insightface / ElasticFace backbone .pth files load as they are), or set "
-            f"model.backbone.checkpoint_path=... in the Hydra config."
+            f"(insightface / ElasticFace backbone .pth files load as they are), or with the commands: "
+            f"python train.py backbone={name} weights=/path/backbone.pth (eval.py, embed and export take weights= too)."
         )
 
 

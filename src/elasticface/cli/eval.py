@@ -1,4 +1,4 @@
-"""`elasticface-eval ckpt_path=last.ckpt data.val_root=/data/faces_emore`: evaluate a checkpoint or an export.
+"""`elasticface-eval weights=last.ckpt data.val_root=/data/faces_emore`: evaluate a model file (its type detected).
 
 The same job as `python eval.py` in a checkout and `python -m elasticface.cli.eval`.
 """

@@ -1,4 +1,4 @@
-"""Embedding extraction: load a model (checkpoint, ONNX or TorchScript) and embed images in batches.
+"""Embedding extraction: load a model file (checkpoint, backbone state_dict, ONNX or TorchScript) and embed images.
 
 Every evaluation (verification sets, IJB-B/C, a folder of faces) goes through `embed_dataset`: the
 training normalisation (`data.transforms.normalize`), the protocol's flip fusion
@@ -6,8 +6,11 @@ training normalisation (`data.transforms.normalize`), the protocol's flip fusion
 
 CLI: embed a folder of aligned 112x112 faces into a `.npy` plus an index of relative paths::
 
-    python -m elasticface.eval.embed --ckpt last.ckpt --images faces/ --out emb.npy
-    python -m elasticface.eval.embed ckpt_path=last.ckpt images=faces/ out=emb.npy   # Hydra-style
+    python -m elasticface.eval.embed --weights last.ckpt --images faces/ --out emb.npy
+    python -m elasticface.eval.embed --weights 295672backbone.pth --backbone iresnet100 --images faces/ --out emb.npy
+    python -m elasticface.eval.embed weights=last.ckpt images=faces/ out=emb.npy   # Hydra-style
+
+``--weights`` takes any model file, its type detected (``--ckpt`` and ``--model`` are the same option).
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ import logging
 import os
 import sys
 import warnings
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 import torch
@@ -85,21 +88,73 @@ class OnnxEmbedder:
         return self
 
 
-def load_embedder(ckpt_path: str | None = None, model_path: str | None = None, device: str | torch.device = "auto") -> Embedder:
-    """An embedding function from a Lightning checkpoint (`ckpt_path`) or an exported model (`model_path`:
-    `.onnx` through onnxruntime, anything else through `torch.jit.load`)."""
+def backbone_from_weights(path: str, backbone: str | Mapping[str, Any] | None = None,
+                          embedding_size: int | None = None) -> nn.Module:
+    """A backbone built for a released state_dict and loaded from it strictly, in eval mode.
+
+    backbone: the architecture (a name, or the ``model.backbone`` config of ``backbone=<option>``); None
+    infers it from the tensors and says which it chose. embedding_size: None takes the file's.
+    """
+    from hydra.utils import instantiate
+
+    from elasticface.backbones.build import build_backbone
+    from elasticface.backbones.weights import infer_backbone, layout_of, load_backbone_weights, read_state_dict
+
+    state = read_state_dict(path)
+    layout = layout_of(state[0])
+    spec: dict[str, Any] = dict(backbone) if isinstance(backbone, Mapping) else ({"name": backbone} if backbone else {})
+    if not spec.get("name"):
+        spec["name"] = infer_backbone(state[0], path)
+        print(f"{path}: architecture inferred from its tensors: {spec['name']} ({layout}); "
+              f"name it with backbone=<option> to skip the guess")
+    spec["embedding_size"] = embedding_size or layout.embedding_size or spec.get("embedding_size") or 512
+    if "_target_" in spec:
+        model = instantiate(spec)
+    else:
+        model = build_backbone(**spec)
+    load_backbone_weights(model, path, strict=True, state=state)
+    return model.eval()
+
+
+def load_model_file(path: str, device: str | torch.device = "auto", backbone: str | Mapping[str, Any] | None = None,
+                    embedding_size: int | None = None) -> Embedder:
+    """An embedding function from any model file, its type detected: a Lightning checkpoint, a backbone
+    state_dict (.pth/.pt as insightface and ElasticFace release them; ``backbone`` names the architecture,
+    else it is inferred), a TorchScript file or an ONNX file (onnxruntime)."""
+    from elasticface.backbones.weights import file_kind
+
     device = resolve_device(device)
-    if (ckpt_path is None) == (model_path is None):
-        raise ValueError(f"give exactly one of ckpt_path ({ckpt_path}) and model_path ({model_path})")
-    if ckpt_path is not None:
-        return ModuleEmbedder(load_module(ckpt_path, map_location=device)).to(device).eval()
-    if not os.path.isfile(model_path):
-        raise FileNotFoundError(f"exported model {model_path} not found")
-    if str(model_path).endswith(".onnx"):
-        return OnnxEmbedder(model_path, device)
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message=".*torch.jit.*deprecated", category=FutureWarning)
-        return torch.jit.load(model_path, map_location=device).eval()
+    kind = file_kind(path)
+    if kind == "onnx":
+        return OnnxEmbedder(path, device)
+    if kind == "torchscript":
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=".*torch.jit.*deprecated", category=FutureWarning)
+            return torch.jit.load(path, map_location=device).eval()
+    if kind == "lightning":
+        if backbone:
+            log.info("%s: a Lightning checkpoint, which names its own backbone; the backbone option is not used", path)
+        return ModuleEmbedder(load_module(path, map_location=device)).to(device).eval()
+    return backbone_from_weights(path, backbone, embedding_size).to(device)
+
+
+def one_model_file(**options: str | None) -> str:
+    """The model file of a command that accepts it under several names (weights, ckpt_path, model_path)."""
+    given = {k: str(v) for k, v in options.items() if v not in (None, "")}
+    if not given:
+        raise ValueError(f"no model file: give {' or '.join(options)}=<file> (a .ckpt, a backbone .pth/.pt, "
+                         f"TorchScript or .onnx)")
+    if len(set(given.values())) > 1:
+        raise ValueError(f"two model files: {', '.join(f'{k}={v}' for k, v in given.items())}; give one")
+    return next(iter(given.values()))
+
+
+def load_embedder(ckpt_path: str | None = None, model_path: str | None = None, device: str | torch.device = "auto",
+                  weights: str | None = None, backbone: str | Mapping[str, Any] | None = None,
+                  embedding_size: int | None = None) -> Embedder:
+    """:func:`load_model_file` of the one file given as ``weights`` (or its older names ``ckpt_path``, ``model_path``)."""
+    path = one_model_file(weights=weights, ckpt_path=ckpt_path, model_path=model_path)
+    return load_model_file(path, device, backbone, embedding_size)
 
 
 # -- batched embedding -----------------------------------------------------------------------------------
@@ -184,8 +239,8 @@ def embed_folder(
 
 
 def _hydra_style(argv: Sequence[str]) -> list[str]:
-    """Accept `key=value` arguments next to `--key value` (ckpt_path= is --ckpt, model_path= is --model)."""
-    alias = {"ckpt_path": "ckpt", "model_path": "model", "batch_size": "batch-size", "num_workers": "num-workers"}
+    """Accept `key=value` arguments next to `--key value` (weights=, ckpt_path= and model_path= are --weights)."""
+    alias = {"ckpt_path": "weights", "model_path": "weights", "batch_size": "batch-size", "num_workers": "num-workers"}
     out = []
     for a in argv:
         if not a.startswith("-") and "=" in a:
@@ -200,10 +255,19 @@ def _hydra_style(argv: Sequence[str]) -> list[str]:
     return out
 
 
+def add_model_file_arguments(parser: argparse.ArgumentParser) -> None:
+    """The model-file options embed and export share: one file, its type detected, and its architecture."""
+    parser.add_argument("--weights", "--ckpt", "--model", dest="weights",
+                        help="model file: Lightning .ckpt, backbone state_dict .pth/.pt (insightface / ElasticFace "
+                             "layout, `module.` prefix or not), TorchScript or .onnx; --ckpt and --model are the same")
+    parser.add_argument("--backbone", help="architecture of a state_dict (iresnet100, mobilefacenet, any timm name); "
+                                           "default: inferred from its tensors")
+    parser.add_argument("--embedding-size", type=int, help="embedding size of a state_dict (default: the file's)")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m elasticface.eval.embed", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--ckpt", help="Lightning checkpoint of a FaceRecognitionModule")
-    parser.add_argument("--model", help="exported model (.onnx or TorchScript) instead of --ckpt")
+    add_model_file_arguments(parser)
     parser.add_argument("--images", required=True, help="folder of aligned 112x112 faces (searched recursively)")
     parser.add_argument("--out", required=True, help="output .npy; the index goes to the same name with .txt")
     parser.add_argument("--batch-size", type=int, default=128)
@@ -213,9 +277,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--normalize", action=argparse.BooleanOptionalAction, default=True, help="L2-normalise the rows")
     parser.add_argument("--resize", action=argparse.BooleanOptionalAction, default=False, help="resize images that are not 112x112")
     args = parser.parse_args(_hydra_style(sys.argv[1:] if argv is None else argv))
-    if (args.ckpt is None) == (args.model is None):
-        parser.error("give exactly one of --ckpt and --model")
-    model = load_embedder(args.ckpt, args.model, args.device)
+    if args.weights is None:
+        parser.error("give the model file: --weights <.ckpt | backbone .pth/.pt | TorchScript | .onnx>")
+    model = load_model_file(args.weights, args.device, args.backbone, args.embedding_size)
     out, index = embed_folder(model, args.images, args.out, args.batch_size, args.flip, args.normalize,
                               args.device, args.num_workers, args.resize)
     print(f"wrote {out} and {index}")

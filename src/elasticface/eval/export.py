@@ -1,4 +1,8 @@
-"""Export the embedding model (backbone + neck, i.e. `module.embed`) to ONNX or TorchScript.
+"""Export the embedding model (backbone + neck, i.e. `module.embed`) to ONNX, TorchScript or a plain `.pth`.
+
+`--format pth` writes the backbone's state_dict as insightface saves it (no `backbone.` prefix, fp32,
+no Lightning wrapper): for iresnet* and mobilefacenet* it loads strictly into insightface's
+`get_model(name)` (r18/r34/r50/r100/r200, mbf, mbf_large) and the official ElasticFace iresnets.
 
 The ONNX graph has a dynamic batch dimension (input `images` float32 [B, 3, 112, 112] in [-1, 1],
 output `embeddings` [B, 512], raw and unnormalised like `module.embed`). Every export is checked
@@ -8,10 +12,12 @@ returned and an export that differs by more than `atol` raises.
 We use torch's TorchScript-based ONNX exporter (`dynamo=False`): it needs no extra packages
 (the dynamo exporter needs onnxscript) and handles every backbone in the zoo.
 
-CLI::
+CLI (`--weights` takes a Lightning .ckpt or a backbone state_dict, its type detected; `--ckpt` is the same)::
 
-    python -m elasticface.eval.export --ckpt last.ckpt --out model.onnx [--torchscript model.pt]
-    python -m elasticface.eval.export ckpt_path=last.ckpt out=model.onnx
+    python -m elasticface.eval.export --weights last.ckpt --out model.onnx [--torchscript model.pt]
+    python -m elasticface.eval.export --weights last.ckpt --format pth --out backbone.pth
+    python -m elasticface.eval.export --weights 295672backbone.pth --backbone iresnet100 --out r100.onnx
+    python -m elasticface.eval.export weights=last.ckpt out=model.onnx
 """
 
 from __future__ import annotations
@@ -165,22 +171,73 @@ def load_for_export(ckpt_path: str, image_size: int = 112) -> nn.Module:
     return embedding_only(load_module(ckpt_path, map_location="cpu"), image_size)
 
 
+#: output format by file suffix; other suffixes need --format
+FORMAT_BY_SUFFIX = {".onnx": "onnx", ".pth": "pth"}
+
+
+def load_backbone_for_export(path: str, backbone: str | None = None, embedding_size: int | None = None,
+                             image_size: int = 112) -> nn.Module:
+    """The embedding model of a Lightning checkpoint or a backbone state_dict, as an eval-mode nn.Module."""
+    from elasticface.backbones.weights import WeightsError, file_kind
+    from elasticface.eval.embed import backbone_from_weights
+
+    kind = file_kind(path)
+    if kind == "lightning":
+        return load_for_export(path, image_size)
+    if kind == "state_dict":
+        return backbone_from_weights(path, backbone, embedding_size)
+    raise WeightsError(f"{path}: already an exported {kind} model; export needs the weights: a Lightning .ckpt "
+                       f"or a backbone state_dict .pth/.pt")
+
+
+def export_pth(model: nn.Module, path: str) -> int:
+    """Write the backbone's plain state_dict (insightface's layout for iresnet*/mobilefacenet*); returns its size."""
+    from elasticface.backbones.weights import backbone_state_dict
+
+    backbone = getattr(model, "backbone", model)  # a checkpoint's embed-only wrapper holds `backbone`
+    if isinstance(model, _EmbedOnly) and set(dict(model.named_children())) != {"backbone"}:
+        raise RuntimeError(f"{path}: the embedding of this model uses more than its backbone "
+                           f"({sorted(dict(model.named_children()))}); a backbone state_dict cannot hold it")
+    state = backbone_state_dict(backbone)
+    os.makedirs(os.path.dirname(os.path.abspath(path)) or ".", exist_ok=True)
+    torch.save(state, path)
+    return len(state)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    from elasticface.eval.embed import _hydra_style
+    from elasticface.eval.embed import _hydra_style, add_model_file_arguments
 
     parser = argparse.ArgumentParser(prog="python -m elasticface.eval.export", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--ckpt", required=True, help="Lightning checkpoint of a FaceRecognitionModule")
-    parser.add_argument("--out", help="ONNX output path (default: the checkpoint's name with .onnx)")
+    add_model_file_arguments(parser)
+    parser.add_argument("--out", help="output path (default: the input's name with .onnx, or .pth for --format pth)")
+    parser.add_argument("--format", choices=["onnx", "torchscript", "pth"],
+                        help="onnx (dynamic batch), torchscript (a trace) or pth (the backbone's state_dict in "
+                             "insightface's layout); default: from --out's suffix (.onnx, .pth), else onnx")
     parser.add_argument("--torchscript", help="also write a TorchScript trace here")
     parser.add_argument("--opset", type=int, default=17)
     parser.add_argument("--image-size", type=int, default=112)
     parser.add_argument("--atol", type=float, default=1e-3, help="fail when ONNX and PyTorch differ by more")
     parser.add_argument("--check", action=argparse.BooleanOptionalAction, default=True)
     args = parser.parse_args(_hydra_style(sys.argv[1:] if argv is None else argv))
-    model = load_for_export(args.ckpt, args.image_size)
-    out = args.out or os.path.splitext(args.ckpt)[0] + ".onnx"
-    diff = export_onnx(model, out, args.opset, args.check, args.image_size, args.atol)
-    print(f"wrote {out} (opset {args.opset}, dynamic batch); max abs diff to PyTorch {diff:.3g}")
+    if args.weights is None:
+        parser.error("give the model file: --weights <Lightning .ckpt | backbone state_dict .pth/.pt>")
+    suffix = os.path.splitext(args.out)[1].lower() if args.out else ""
+    fmt = args.format or FORMAT_BY_SUFFIX.get(suffix) or ("onnx" if not args.out else None)
+    if fmt is None:
+        parser.error(f"--out {args.out}: give --format onnx|torchscript|pth for a '{suffix}' file")
+    model = load_backbone_for_export(args.weights, args.backbone, args.embedding_size, args.image_size)
+    out = args.out or os.path.splitext(args.weights)[0] + {"onnx": ".onnx", "pth": ".pth", "torchscript": ".pt"}[fmt]
+    if os.path.abspath(out) == os.path.abspath(args.weights):
+        parser.error(f"--out {out} is the input file; choose another name")
+    if fmt == "onnx":
+        diff = export_onnx(model, out, args.opset, args.check, args.image_size, args.atol)
+        print(f"wrote {out} (opset {args.opset}, dynamic batch); max abs diff to PyTorch {diff:.3g}")
+    elif fmt == "torchscript":
+        diff = export_torchscript(model, out, args.check, args.image_size)
+        print(f"wrote {out} (TorchScript trace); max abs diff to PyTorch {diff:.3g}")
+    else:
+        n = export_pth(model, out)
+        print(f"wrote {out} (backbone state_dict, {n} tensors, fp32, insightface key layout)")
     if args.torchscript:
         diff = export_torchscript(model, args.torchscript, args.check, args.image_size)
         print(f"wrote {args.torchscript} (TorchScript trace); max abs diff to PyTorch {diff:.3g}")

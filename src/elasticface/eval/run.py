@@ -97,18 +97,34 @@ def write_results(rows: list[dict[str, Any]], output_dir: str, meta: dict[str, A
     return json_path, csv_path
 
 
+def backbone_option(cfg: DictConfig) -> dict[str, Any] | None:
+    """The `model.backbone` config that `backbone=<option>` (or `model.backbone.name=`) put in, if any."""
+    node = OmegaConf.select(cfg, "model.backbone")
+    if not node or not node.get("name"):
+        return None
+    spec = OmegaConf.to_container(node, resolve=True)
+    if spec.get("embedding_size") is None:
+        spec.pop("embedding_size", None)
+    return spec
+
+
 def run(cfg: DictConfig, output_dir: str | None = None) -> list[dict[str, Any]]:
     """Evaluate and save; returns the table rows (one dict per benchmark)."""
-    from elasticface.eval.embed import evaluate_pair_set, load_embedder, resolve_device
+    from elasticface.eval.embed import evaluate_pair_set, load_model_file, one_model_file, resolve_device
 
     output_dir = _output_dir(cfg, output_dir)
-    sets = verification_sets(cfg)
     ijb_cfg = cfg.get("ijb") or {}
-    if not sets and not ijb_cfg.get("root"):
+    data = cfg.get("data") or {}
+    if not data.get("val_root") and not cfg.get("pairs_file") and not ijb_cfg.get("root"):
         raise ValueError("nothing to evaluate: set data.val_root=<folder with .bin sets>, "
                          "pairs_file=... image_root=..., and/or ijb.root=...")
     device = resolve_device(cfg.get("device", "auto"))
-    model = load_embedder(cfg.get("ckpt_path"), cfg.get("model_path"), device)
+    model_file = one_model_file(weights=cfg.get("weights"), ckpt_path=cfg.get("ckpt_path"), model_path=cfg.get("model_path"))
+    model = load_model_file(model_file, device, backbone_option(cfg), OmegaConf.select(cfg, "model.embedding_size"))
+    sets = verification_sets(cfg)  # read once the model file is known to be usable
+    if not sets and not ijb_cfg.get("root"):
+        raise ValueError("nothing to evaluate: set data.val_root=<folder with .bin sets>, "
+                         "pairs_file=... image_root=..., and/or ijb.root=...")
     kw = dict(batch_size=int(cfg.batch_size), flip=bool(cfg.flip), device=device, num_workers=int(cfg.num_workers))
     rows: list[dict[str, Any]] = []
     curves: dict[str, dict[str, np.ndarray]] = {}
@@ -132,7 +148,7 @@ def run(cfg: DictConfig, output_dir: str | None = None) -> list[dict[str, Any]]:
             np.save(os.path.join(output_dir, f"{ijb_cfg.target}_scores.npy"), res["scores"])
             np.save(os.path.join(output_dir, f"{ijb_cfg.target}_labels.npy"), res["labels"])
 
-    meta = {"ckpt_path": cfg.get("ckpt_path"), "model_path": cfg.get("model_path"), "flip": bool(cfg.flip),
+    meta = {"weights": model_file, "ckpt_path": cfg.get("ckpt_path"), "model_path": cfg.get("model_path"), "flip": bool(cfg.flip),
             "config": OmegaConf.to_container(cfg, resolve=False)}
     json_path, csv_path = write_results(rows, output_dir, meta)
     print(format_table(rows))

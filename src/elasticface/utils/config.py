@@ -93,6 +93,9 @@ def validate_top_level(cfg: DictConfig) -> None:
     lr = _number(cfg, "optimizer.lr")
     if lr is not None and not lr > 0:
         raise ValueError(f"optimizer.lr={lr}: must be > 0")
+    scale = _number(cfg, "model.backbone_lr_scale")
+    if scale is not None and not scale >= 0:
+        raise ValueError(f"model.backbone_lr_scale={scale}: must be >= 0 (0 keeps the backbone's weights fixed)")
 
 
 def group_choices() -> dict[str, str]:
