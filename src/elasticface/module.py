@@ -18,7 +18,7 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 from torch import Tensor, nn
 
-from elasticface.data.faults import MIN_TRAIN_BATCH
+from elasticface.data.faults import too_small_to_train
 from elasticface.distributed import ClassShard, rank_and_world, scale_grad
 from elasticface.loss import margin_softmax_loss
 from elasticface.metrics.verification import VerificationAccuracy, flip_fused_embeddings
@@ -75,7 +75,7 @@ class FaceRecognitionModule(pl.LightningModule):
     # -- training ------------------------------------------------------------------------------------
     def training_step(self, batch: tuple[Tensor, ...], batch_idx: int) -> Tensor | None:
         images, labels = batch[0], batch[1]
-        if images.shape[0] < MIN_TRAIN_BATCH:  # too few records left readable; counted by the DataModule
+        if too_small_to_train(images):  # too few records left readable; counted by the DataModule
             return None
         embeddings = self.embed(images)
         if self.sharded_centers:

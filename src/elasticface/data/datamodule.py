@@ -22,10 +22,10 @@ import torch
 from torch.utils.data import DataLoader, Dataset, DistributedSampler, Sampler
 from torchdata.stateful_dataloader import StatefulDataLoader
 
-from elasticface.data.faults import MIN_TRAIN_BATCH, DroppedRecord, FaultLedger
+from elasticface.data.faults import DroppedRecord, FaultLedger, too_small_to_train
 from elasticface.data.pairs import PairSet
 from elasticface.data.transforms import BatchAugment, normalize, random_hflip, resize
-from elasticface.heads.elastic import stream_seed
+from elasticface.utils.seeding import stream_seed
 
 log = logging.getLogger(__name__)
 # torchdata 0.11 calls a torch API that torch 2.14 deprecated, once per loader: noise, not a user problem
@@ -179,7 +179,7 @@ class FaceDataModule(pl.LightningDataModule):
             torch.manual_seed(stream_seed(self.seed, trainer.global_rank, trainer.global_step))
             if len(batch) > 3:
                 self.faults.add(batch[3])
-                if images.shape[0] < MIN_TRAIN_BATCH:
+                if too_small_to_train(images):
                     self.faults.skipped_small_batch(images.shape[0], len(batch[3]))
         if not images.is_floating_point():  # DALI batches arrive flipped and scaled already
             if training and self.hflip:
