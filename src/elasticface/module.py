@@ -23,6 +23,7 @@ from elasticface.distributed import ClassShard, rank_and_world, scale_grad
 from elasticface.loss import margin_softmax_loss
 from elasticface.metrics.verification import VerificationAccuracy, flip_fused_embeddings
 from elasticface.sharded_centers import ShardedFC
+from elasticface.utils.lightning_private import attached_trainer, should_update_logs
 
 
 def _plain(cfg: Any) -> Any:
@@ -112,7 +113,7 @@ class FaceRecognitionModule(pl.LightningModule):
         if len(batch) > 2:
             self.log("data/skipped_records", batch[2].float().sum(), on_step=False, on_epoch=True, reduce_fx="sum",
                      sync_dist=True)
-        if not self.trainer._logger_connector.should_update_logs:
+        if not should_update_logs(self.trainer):
             return
         theta_y = self.last_theta_y
         if theta_y is not None and theta_y.numel():
@@ -160,7 +161,7 @@ class FaceRecognitionModule(pl.LightningModule):
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         if isinstance(self.centers, ShardedFC):
-            optimizers = list(self._trainer.optimizers) if self._trainer is not None else []
+            optimizers = list(attached_trainer(self).optimizers) if attached_trainer(self) is not None else []
             self.centers.gather_checkpoint(checkpoint, self._CENTERS_KEY, optimizers)
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
@@ -169,7 +170,7 @@ class FaceRecognitionModule(pl.LightningModule):
         k = self.centers.centers_per_class
         expected = self.hparams.num_classes * k
         if weight is not None and weight.shape[0] != expected:
-            path = getattr(self._trainer, "ckpt_path", None) or "the checkpoint"
+            path = getattr(attached_trainer(self), "ckpt_path", None) or "the checkpoint"
             raise ValueError(
                 f"{path}: its class centres hold {weight.shape[0] // k} classes ({weight.shape[0]} rows of "
                 f"{self._CENTERS_KEY}) but the training data has num_classes={self.hparams.num_classes} "

@@ -16,17 +16,17 @@ from omegaconf import DictConfig, OmegaConf
 
 from elasticface.callbacks.progress import progress_bar
 from elasticface.callbacks.divergence import DivergenceGuard, nonfinite_weights
-from elasticface.callbacks.loader_resume import ResumeLoaderState
-from elasticface.callbacks.preemption import Preemption
-from elasticface.callbacks.run_checkpoint import RunCheckpoint
 from elasticface.callbacks.throughput import Throughput
+from elasticface.checkpointing import resume
+from elasticface.checkpointing.atomic_save import AtomicCheckpointIO
+from elasticface.checkpointing.loader_resume import ResumeLoaderState
+from elasticface.checkpointing.preemption import Preemption
+from elasticface.checkpointing.run_checkpoint import RunCheckpoint
 from elasticface.data.datamodule import FaceDataModule
 from elasticface.data.pairs import PairSet
 from elasticface.data.transforms import normalize
 from elasticface.metrics.verification import VerificationAccuracy
 from elasticface.module import FaceRecognitionModule
-from elasticface.utils.checkpoint_io import AtomicCheckpointIO
-from elasticface.utils import resume
 from elasticface.utils.config import flatten, group_choices, validate_top_level
 from elasticface.utils.console import print_config_tree, quiet_lightning_tips
 
