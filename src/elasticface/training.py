@@ -10,7 +10,7 @@ from typing import Any
 
 import pytorch_lightning as pl
 import torch
-from pytorch_lightning.callbacks import LearningRateMonitor, ProgressBar
+from pytorch_lightning.callbacks import ProgressBar
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
@@ -29,6 +29,7 @@ from elasticface.metrics.verification import VerificationAccuracy
 from elasticface.module import FaceRecognitionModule
 from elasticface.utils.config import flatten, group_choices, validate_top_level
 from elasticface.utils.console import print_config_tree, quiet_lightning_tips
+from elasticface.utils.instantiators import instantiate_callbacks, instantiate_loggers
 
 log = logging.getLogger(__name__)
 
@@ -48,33 +49,38 @@ def build_module(cfg: DictConfig, num_classes: int) -> FaceRecognitionModule:
     return instantiate(cfg.model, num_classes=num_classes, _recursive_=False, _convert_="all")
 
 
-def build_callbacks(cfg: DictConfig, has_logger: bool) -> list[pl.Callback]:
-    """The configured callbacks, each node checked, plus what the job itself needs: throughput, the
-    divergence guard, the loader's resume state and a progress display."""
-    callbacks = []
-    for key, node in (cfg.get("callbacks") or {}).items():
-        if node is None:
-            continue
-        if not isinstance(node, DictConfig) or "_target_" not in node:
-            raise ValueError(f"callbacks.{key}={node!r}: expected a config with a _target_ (or null to disable it)")
-        callback = instantiate(node)
-        if isinstance(callback, LearningRateMonitor) and not has_logger:
-            log.info(f"callbacks.{key}: no logger to write learning rates to, left out")
-            continue
-        callbacks.append(callback)
-    if not any(isinstance(c, Throughput) for c in callbacks):
-        callbacks.append(Throughput())
-    if not any(isinstance(c, DivergenceGuard) for c in callbacks):  # divergence always fails the run
-        callbacks.append(DivergenceGuard(int((cfg.get("train") or {}).get("skip_nonfinite_steps", 0))))
-    callbacks.append(ResumeLoaderState())  # exact mid-epoch resume is not optional
-    if cfg.trainer.get("enable_progress_bar", True) and not any(isinstance(c, ProgressBar) for c in callbacks):
-        callbacks.append(progress_bar(log_every_n_steps=cfg.trainer.get("log_every_n_steps") or 10))
-    return callbacks
+def required_callbacks(cfg: DictConfig, configured: list[pl.Callback]) -> list[pl.Callback]:
+    """What a run cannot do without, for a callbacks option that leaves it out (`callbacks=none`):
+
+    - DivergenceGuard: a non-finite loss or gradient stops the run naming the step (or is skipped within
+      `train.skip_nonfinite_steps`); NaN weights never get an accuracy.
+    - ResumeLoaderState: a run resumed mid-epoch continues at the checkpoint's batch, not the epoch's first.
+    - Throughput: summary.json's images_per_second.
+    - a progress display while `trainer.enable_progress_bar`: a log line every N steps when stdout is a file.
+
+    configs/callbacks/default.yaml lists all of them, so for it this adds nothing.
+    """
+    def missing(kind: type) -> bool:
+        return not any(isinstance(c, kind) for c in configured)
+
+    required: list[pl.Callback] = []
+    if missing(DivergenceGuard):
+        required.append(DivergenceGuard(int((cfg.get("train") or {}).get("skip_nonfinite_steps", 0))))
+    if missing(ResumeLoaderState):
+        required.append(ResumeLoaderState())
+    if missing(Throughput):
+        required.append(Throughput())
+    if cfg.trainer.get("enable_progress_bar", True) and missing(ProgressBar):
+        required.append(progress_bar(log_every_n_steps=cfg.trainer.get("log_every_n_steps") or 10))
+    return required
 
 
 def build_trainer(cfg: DictConfig) -> tuple[pl.Trainer, Throughput]:
-    loggers = [instantiate(c) for c in (cfg.get("logger") or {}).values() if c is not None]
-    callbacks = build_callbacks(cfg, has_logger=bool(loggers) or bool(cfg.trainer.get("fast_dev_run")))
+    """The trainer with the configured loggers and callbacks, plus the required ones, and atomic checkpoint writes."""
+    loggers = instantiate_loggers(cfg.get("logger"))
+    callbacks = instantiate_callbacks(cfg.get("callbacks"),
+                                      has_logger=bool(loggers) or bool(cfg.trainer.get("fast_dev_run")))
+    callbacks += required_callbacks(cfg, callbacks)
     throughput = next(c for c in callbacks if isinstance(c, Throughput))
     trainer = instantiate(cfg.trainer, callbacks=callbacks, logger=loggers or False, plugins=[AtomicCheckpointIO()])
     return trainer, throughput
