@@ -137,20 +137,17 @@ class FaceDataModule(pl.LightningDataModule):
             self.setup("fit")
         return int(getattr(self.train_set, "num_classes"))
 
-    @property
-    def val_names(self) -> list[str]:
-        return list(self.val_sets)
-
     def loader_kwargs(self) -> dict[str, Any]:
         return dict(num_workers=self.num_workers, pin_memory=self.pin_memory, persistent_workers=self.persistent_workers)
 
-    def distributed_rank(self) -> tuple[int, int]:
+    def rank_and_world(self) -> tuple[int, int]:
+        """(rank, world size) of the trainer's processes, as `distributed.rank_and_world` orders them; (0, 1) alone."""
         trainer = self.trainer
-        return (trainer.world_size, trainer.global_rank) if trainer is not None else (1, 0)
+        return (trainer.global_rank, trainer.world_size) if trainer is not None else (0, 1)
 
     def train_dataloader(self) -> StatefulDataLoader | Any:
         assert self.train_set is not None, "call setup('fit') first"
-        world_size, rank = self.distributed_rank()
+        rank, world_size = self.rank_and_world()
         if self.decoder == "dali":
             from elasticface.data.dali import DaliRecordIOLoader
 
