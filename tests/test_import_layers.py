@@ -1,0 +1,42 @@
+"""Imports point down the layers and never in a circle (the contract in pyproject.toml's [tool.importlinter])."""
+
+from __future__ import annotations
+
+import os
+
+import grimp
+from importlinter.cli import lint_imports
+
+from conftest import ROOT
+
+
+def test_the_layers_contract_is_kept(capsys):
+    cwd = os.getcwd()
+    os.chdir(ROOT)  # import-linter reads pyproject.toml from the working directory
+    try:
+        exit_code = lint_imports(config_filename=str(ROOT / "pyproject.toml"), no_cache=True)
+    finally:
+        os.chdir(cwd)
+    assert exit_code == 0, capsys.readouterr().out[-3000:]
+
+
+def test_no_module_imports_itself_through_others():
+    """No cycle at module level either (inside one layer, where the contract does not look)."""
+    graph = grimp.build_graph("elasticface")
+    imports = {m: {i for i in graph.find_modules_directly_imported_by(m) if i.startswith("elasticface")}
+               for m in graph.modules}
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+
+    def visit(module: str, path: list[str]) -> None:
+        state[module] = 1
+        for target in sorted(imports[module]):
+            if state.get(target) == 1:
+                cycle = path[path.index(target):] + [module, target] if target in path else [module, target]
+                raise AssertionError("import cycle: " + " -> ".join(cycle))
+            if target not in state:
+                visit(target, path + [module])
+        state[module] = 2
+
+    for module in sorted(imports):
+        if module not in state:
+            visit(module, [])
