@@ -166,7 +166,8 @@ def _reference_ijb(base, target, model):
     feats = {}
     for name, (points, score) in lmk.items():
         im = Image.open(os.path.join(base, "loose_crop", name)).convert("RGB")
-        x = torch.from_numpy(np.asarray(align_face(im, points), dtype=np.float32).copy()).permute(2, 0, 1)[None] / 127.5 - 1
+        aligned = np.asarray(align_face(im, points), dtype=np.float32).copy()
+        x = torch.from_numpy(aligned).permute(2, 0, 1)[None] / 127.5 - 1
         with torch.no_grad():
             f = model(x)[0].double() + model(x.flip(-1))[0].double()
         feats[name] = f.numpy() * score

@@ -262,7 +262,8 @@ def test_too_many_corrupt_records_raise_naming_file(tmp_path):
     for _ in range(3):  # every epoch reads the same bad records again: still 3 distinct
         ledger.add([ds[i] for i in range(1, 4)])
     assert ledger.num_corrupt == 3
-    with pytest.raises(TooManyCorruptRecords, match=r"4 distinct corrupt records.*max_corrupt=3.*train\.rec: keys 1, 2, 3, 4"):
+    message = r"4 distinct corrupt records.*max_corrupt=3.*train\.rec: keys 1, 2, 3, 4"
+    with pytest.raises(TooManyCorruptRecords, match=message):
         ledger.add([ds[4]])
 
 
@@ -302,6 +303,7 @@ def test_dali_missing_gives_clear_error(tmp_path):
 
     try:
         import nvidia.dali  # noqa: F401
+
         has_dali = True
     except ImportError:
         has_dali = False

@@ -41,7 +41,9 @@ def make_ijb(root, target="IJBC", seed=0):
                     n += 1
                     name = f"{n}.jpg"
                     size = (int(rng.integers(130, 180)), int(rng.integers(130, 180)))
-                    face = similarity(rng.uniform(0.9, 1.3), rng.uniform(-0.3, 0.3), rng.uniform(5, 15), rng.uniform(5, 15))
+                    face = similarity(
+                        rng.uniform(0.9, 1.3), rng.uniform(-0.3, 0.3), rng.uniform(5, 15), rng.uniform(5, 15)
+                    )
                     lm = apply_similarity(face, arcface_template(112))
                     arr = np.full((size[1], size[0], 3), 90, dtype=np.uint8)
                     arr[:, :, :] = np.clip(np.array(colour) + rng.normal(0, 25, 3), 0, 255).astype(np.uint8)
@@ -51,10 +53,17 @@ def make_ijb(root, target="IJBC", seed=0):
                     score = rng.uniform(0.5, 1.0)
                     lmk_lines.append(name + " " + " ".join(f"{v:.3f}" for v in lm.ravel()) + f" {score:.4f}")
     tids = sorted(template_identity)
-    pair_lines = [f"{a} {b} {int(template_identity[a] == template_identity[b])}" for i, a in enumerate(tids) for b in tids[i + 1:]]
+    pair_lines = [
+        f"{a} {b} {int(template_identity[a] == template_identity[b])}"
+        for i, a in enumerate(tids)
+        for b in tids[i + 1 :]
+    ]
     t = target.lower()
-    for fname, lines in ((f"{t}_face_tid_mid.txt", tid_lines), (f"{t}_name_5pts_score.txt", lmk_lines),
-                         (f"{t}_template_pair_label.txt", pair_lines)):
+    for fname, lines in (
+        (f"{t}_face_tid_mid.txt", tid_lines),
+        (f"{t}_name_5pts_score.txt", lmk_lines),
+        (f"{t}_template_pair_label.txt", pair_lines),
+    ):
         with open(os.path.join(base, "meta", fname), "w") as f:
             f.write("\n".join(lines) + "\n")
     return base

@@ -50,7 +50,9 @@ def remove_stale_temporaries(directory: str | os.PathLike) -> list[Path]:
 # the target itself, so a kill mid-copy leaves a truncated `last.ckpt`, and the killed write's temporary
 # stays in /tmp where no run looks for it. Remote paths (`s3://`, `gs://`, ...) keep Lightning's save.
 class AtomicCheckpointIO(TorchCheckpointIO):
-    def save_checkpoint(self, checkpoint: dict[str, Any], path: str | os.PathLike, storage_options: Any | None = None) -> None:
+    def save_checkpoint(
+        self, checkpoint: dict[str, Any], path: str | os.PathLike, storage_options: Any | None = None
+    ) -> None:
         if not is_local_path(str(path)):
             super().save_checkpoint(checkpoint, path, storage_options)
             return

@@ -138,7 +138,8 @@ class FaceDataModule(pl.LightningDataModule):
         return int(getattr(self.train_set, "num_classes"))
 
     def loader_kwargs(self) -> dict[str, Any]:
-        return dict(num_workers=self.num_workers, pin_memory=self.pin_memory, persistent_workers=self.persistent_workers)
+        return dict(num_workers=self.num_workers, pin_memory=self.pin_memory,
+                    persistent_workers=self.persistent_workers)
 
     def rank_and_world(self) -> tuple[int, int]:
         """(rank, world size) of the trainer's processes, as `distributed.rank_and_world` orders them; (0, 1) alone."""
@@ -155,7 +156,8 @@ class FaceDataModule(pl.LightningDataModule):
                                       hflip=self.hflip, normalize=True, seed=torch.initial_seed() % 2**31 + rank)
         if self.sampler_factory is not None:
             # identity-aware batches: the sampler shards across ranks itself (trainer.use_distributed_sampler=false)
-            sampler = self.sampler_factory(self.train_set, batch_size=self.batch_size, num_replicas=world_size, rank=rank)
+            sampler = self.sampler_factory(self.train_set, batch_size=self.batch_size, num_replicas=world_size,
+                                           rank=rank)
             return StatefulDataLoader(self.train_set, batch_sampler=sampler, collate_fn=collate_faces,
                                       **self.loader_kwargs())
         # the epoch's order is a function of (seed, epoch): Lightning calls set_epoch; the same rule on 1 or N ranks

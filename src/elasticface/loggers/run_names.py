@@ -1,8 +1,8 @@
 """What a run is called on the dashboards: its name, its sweep group, its job type and tags.
 
-Registered as config resolvers by the commands (cli/resolvers.py) (`${run_name:}`, `${sweep_group:}`, `${run_job_type:}`, `${run_tags:}`)
-and used by configs/logger/*.yaml, so a W&B project or a TensorBoard directory reads "which head, which
-σ, which backbone, which sweep" without opening a config.
+Registered as config resolvers by the commands (cli/resolvers.py: `${run_name:}`, `${sweep_group:}`,
+`${run_job_type:}`, `${run_tags:}`) and used by configs/logger/*.yaml, so a W&B project or a TensorBoard
+directory reads "which head, which σ, which backbone, which sweep" without opening a config.
 """
 
 from __future__ import annotations
@@ -31,7 +31,9 @@ def group_choice(cfg: DictConfig, group: str) -> str:
 
 
 def run_name(cfg: DictConfig) -> str:
-    """`<head>-m<m>[-s<s>][-sigma<σ>]-<backbone>-seed<seed>`, e.g. `elastic_arc_plus-m0.5-sigma0.0175-iresnet50-seed42`.
+    """`<head>-m<m>[-s<s>][-sigma<σ>]-<backbone>-seed<seed>`.
+
+    E.g. `elastic_arc_plus-m0.5-sigma0.0175-iresnet50-seed42`.
 
     s appears only when it is not the paper's 64; σ only for heads that have one. Safe as a directory
     name (TensorBoard shows the directory as the run's name).
