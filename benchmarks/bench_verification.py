@@ -86,22 +86,32 @@ def main() -> None:
     print(f"{args.pairs} pairs, 10 folds, 400 accuracy + 4000 TAR thresholds (best of {args.repeats})")
     print(f"  loops      {t_loop * 1e3:9.1f} ms")
     print(f"  vectorised {t_vec * 1e3:9.1f} ms")
-    print(f"  speed-up   {t_loop / t_vec:9.1f}x   identical results: {same}   acc {vec['acc']:.4f}  TAR@FAR1e-3 {vec['tar']:.4f}")
+    print(
+        f"  speed-up   {t_loop / t_vec:9.1f}x   identical results: {same}   "
+        f"acc {vec['acc']:.4f}  TAR@FAR1e-3 {vec['tar']:.4f}"
+    )
 
     labels = rng.random(args.ijb_pairs) < 0.01
     scores = np.round(np.where(labels, rng.normal(0.5, 0.15, args.ijb_pairs), rng.normal(0.0, 0.1, args.ijb_pairs)), 4)
-    t_ours, ours = best_of(lambda: list(tar_at_fars(*roc_curve(scores, labels)[:2], DEFAULT_FARS).values()), args.repeats)
+    t_ours, ours = best_of(
+        lambda: list(tar_at_fars(*roc_curve(scores, labels)[:2], DEFAULT_FARS).values()), args.repeats
+    )
     try:
         t_ref, ref = best_of(lambda: insightface_table(scores, labels), args.repeats)
     except ImportError:
         print("scikit-learn not installed: IJB table comparison skipped")
         ref = ours
     else:
-        print(f"IJB TAR table of {args.ijb_pairs:,} scores ({labels.sum():,} genuine), FAR 1e-6 ... 1e-1 (best of {args.repeats})")
+        print(
+            f"IJB TAR table of {args.ijb_pairs:,} scores ({labels.sum():,} genuine), "
+            f"FAR 1e-6 ... 1e-1 (best of {args.repeats})"
+        )
         print(f"  sklearn + insightface loop {t_ref * 1e3:9.1f} ms")
         print(f"  roc_curve + tar_at_fars    {t_ours * 1e3:9.1f} ms")
-        print(f"  speed-up                   {t_ref / t_ours:9.2f}x   identical table: {ours == ref}   "
-              + " ".join(f"{100 * v:.2f}" for v in ours))
+        print(
+            f"  speed-up                   {t_ref / t_ours:9.2f}x   identical table: {ours == ref}   "
+            + " ".join(f"{100 * v:.2f}" for v in ours)
+        )
     if not same or ours != ref:
         raise SystemExit("the fast and the reference implementations differ")
 

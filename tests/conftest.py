@@ -13,7 +13,7 @@ from hydra.core.global_hydra import GlobalHydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, open_dict
 
-from elasticface.utils.config import register_resolvers
+from elasticface.cli.resolvers import register_resolvers
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG_DIR = str(ROOT / "configs")

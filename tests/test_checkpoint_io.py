@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from elasticface.utils.checkpoint_io import AtomicCheckpointIO
+from elasticface.checkpointing.atomic_save import AtomicCheckpointIO
 
 
 def test_atomic_save_round_trips(tmp_path):

@@ -63,10 +63,9 @@ def eval_data(tmp_path_factory):
             Image.fromarray(images[2 * p + k]).save(folder / f"{p}_{k}.png")
         lines.append(f"{p}_0.png {p}_1.png {int(same)}")
     (root / "pairs.txt").write_text("\n".join(lines) + "\n")
-    sys.path.insert(0, str(Path(__file__).parent))
-    from test_ijb import _make_ijb
+    from helpers.ijb_files import make_ijb
 
-    _make_ijb(str(root / "ijb"))
+    make_ijb(str(root / "ijb"))
     model = PoolEmbedder().eval()
     export_torchscript(model, str(root / "model.pt"))
     export_onnx(model, str(root / "model.onnx"))

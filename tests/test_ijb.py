@@ -22,15 +22,7 @@ from elasticface.eval.ijb import (
     warp_affine,
 )
 from elasticface.metrics.roc import roc_curve, tar_at_far, tar_at_fars
-
-
-def _similarity(scale, angle, tx, ty):
-    c, s = scale * math.cos(angle), scale * math.sin(angle)
-    return np.array([[c, -s, tx], [s, c, ty], [0, 0, 1.0]])
-
-
-def _apply(m, pts):
-    return pts @ m[:2, :2].T + m[:2, 2]
+from helpers.ijb_files import apply_similarity as _apply, make_ijb as _make_ijb, similarity as _similarity
 
 
 def test_template_has_the_x_plus_8_shift():
@@ -158,46 +150,6 @@ def test_the_rules_that_insightface_does_not_use_give_other_numbers():
 
 # -- a synthetic IJB-like directory -----------------------------------------------------------------------
 
-COLOURS = [(200, 40, 40), (40, 200, 40), (40, 40, 200), (200, 200, 40)]
-
-
-def _make_ijb(root, target="IJBC", seed=0):
-    """4 identities x 2 templates x 2 media x 1-2 loose crops with a coloured 'face' and fake landmarks."""
-    rng = np.random.default_rng(seed)
-    base = os.path.join(root, target)
-    os.makedirs(os.path.join(base, "meta"))
-    os.makedirs(os.path.join(base, "loose_crop"))
-    tid_lines, lmk_lines, template_identity = [], [], {}
-    n = 0
-    for ident, colour in enumerate(COLOURS):
-        for t in range(2):
-            tid = 10 * ident + t + 1
-            template_identity[tid] = ident
-            for m in range(2):
-                mid = 100 * tid + m
-                for _ in range(1 + (m + t) % 2):
-                    n += 1
-                    name = f"{n}.jpg"
-                    size = (int(rng.integers(130, 180)), int(rng.integers(130, 180)))
-                    face = _similarity(rng.uniform(0.9, 1.3), rng.uniform(-0.3, 0.3), rng.uniform(5, 15), rng.uniform(5, 15))
-                    lm = _apply(face, arcface_template(112))
-                    arr = np.full((size[1], size[0], 3), 90, dtype=np.uint8)
-                    arr[:, :, :] = np.clip(np.array(colour) + rng.normal(0, 25, 3), 0, 255).astype(np.uint8)
-                    arr[: size[1] // 3] = rng.integers(0, 255, 3).astype(np.uint8)  # identity-unrelated clutter
-                    Image.fromarray(arr).save(os.path.join(base, "loose_crop", name), quality=95)
-                    tid_lines.append(f"{name} {tid} {mid}")
-                    score = rng.uniform(0.5, 1.0)
-                    lmk_lines.append(name + " " + " ".join(f"{v:.3f}" for v in lm.ravel()) + f" {score:.4f}")
-    tids = sorted(template_identity)
-    pair_lines = [f"{a} {b} {int(template_identity[a] == template_identity[b])}" for i, a in enumerate(tids) for b in tids[i + 1:]]
-    t = target.lower()
-    for fname, lines in ((f"{t}_face_tid_mid.txt", tid_lines), (f"{t}_name_5pts_score.txt", lmk_lines),
-                         (f"{t}_template_pair_label.txt", pair_lines)):
-        with open(os.path.join(base, "meta", fname), "w") as f:
-            f.write("\n".join(lines) + "\n")
-    return base
-
-
 class ColourEmbedder(nn.Module):
     def forward(self, x):
         return nn.functional.adaptive_avg_pool2d(x, 2).flatten(1) + 0.01 * x[:, :, :8, :8].flatten(1)[:, :12]
@@ -214,7 +166,8 @@ def _reference_ijb(base, target, model):
     feats = {}
     for name, (points, score) in lmk.items():
         im = Image.open(os.path.join(base, "loose_crop", name)).convert("RGB")
-        x = torch.from_numpy(np.asarray(align_face(im, points), dtype=np.float32).copy()).permute(2, 0, 1)[None] / 127.5 - 1
+        aligned = np.asarray(align_face(im, points), dtype=np.float32).copy()
+        x = torch.from_numpy(aligned).permute(2, 0, 1)[None] / 127.5 - 1
         with torch.no_grad():
             f = model(x)[0].double() + model(x.flip(-1))[0].double()
         feats[name] = f.numpy() * score

@@ -11,51 +11,13 @@ import struct
 import numpy as np
 import pytest
 import torch
-from PIL import Image
 
 from elasticface.data.recordio import RecordIOWriter, encode_record, read_record
 from elasticface.data.faults import DroppedRecord, FaultLedger, TooManyCorruptRecords
 from elasticface.data.recordio_dataset import RecordIODataset
 from elasticface.data.sampler import IdentityBatchSampler
 
-MAGIC = 0xCED7230A
-MAGIC_B = struct.pack("<I", MAGIC)
-
-
-def smooth_jpeg(seed: int, size: int = 112, grey: bool = False, quality: int = 95) -> bytes:
-    rng = np.random.default_rng(seed)
-    small = rng.integers(0, 256, (8, 8, 1 if grey else 3), dtype=np.uint8)
-    img = Image.fromarray(small.squeeze(-1) if grey else small).resize((size, size), Image.BILINEAR)
-    buf = io.BytesIO()
-    img.save(buf, format="JPEG", quality=quality)
-    return buf.getvalue()
-
-
-def pil_rgb(data: bytes) -> np.ndarray:
-    return np.asarray(Image.open(io.BytesIO(data)).convert("RGB"))
-
-
-def whole(payload: bytes) -> bytes:
-    """One record, cflag 0, by hand."""
-    return struct.pack("<II", MAGIC, len(payload)) + payload + b"\0" * ((-len(payload)) % 4)
-
-
-def ifqq(flag: int, label: float, id_: int, id2: int = 0, labels: list[float] | None = None) -> bytes:
-    return struct.pack("<IfQQ", flag, label, id_, id2) + (struct.pack(f"<{len(labels)}f", *labels) if labels else b"")
-
-
-def write_files(root, records: list[tuple[int, bytes]], prop: str | None = None) -> None:
-    """records: (key, framed bytes) in file order -> train.rec + train.idx (+ property)."""
-    os.makedirs(root, exist_ok=True)
-    offset = 0
-    with open(os.path.join(root, "train.rec"), "wb") as rec, open(os.path.join(root, "train.idx"), "w") as idx:
-        for key, framed in records:
-            rec.write(framed)
-            idx.write(f"{key}\t{offset}\n")
-            offset += len(framed)
-    if prop is not None:
-        with open(os.path.join(root, "property"), "w") as f:
-            f.write(prop)
+from helpers.recordio_files import MAGIC, MAGIC_B, ifqq, pil_rgb, smooth_jpeg, whole, write_files
 
 
 def jpeg_with_aligned_magic(seed: int) -> tuple[bytes, int]:
@@ -300,7 +262,8 @@ def test_too_many_corrupt_records_raise_naming_file(tmp_path):
     for _ in range(3):  # every epoch reads the same bad records again: still 3 distinct
         ledger.add([ds[i] for i in range(1, 4)])
     assert ledger.num_corrupt == 3
-    with pytest.raises(TooManyCorruptRecords, match=r"4 distinct corrupt records.*max_corrupt=3.*train\.rec: keys 1, 2, 3, 4"):
+    message = r"4 distinct corrupt records.*max_corrupt=3.*train\.rec: keys 1, 2, 3, 4"
+    with pytest.raises(TooManyCorruptRecords, match=message):
         ledger.add([ds[4]])
 
 
@@ -340,6 +303,7 @@ def test_dali_missing_gives_clear_error(tmp_path):
 
     try:
         import nvidia.dali  # noqa: F401
+
         has_dali = True
     except ImportError:
         has_dali = False

@@ -23,8 +23,8 @@ from elasticface.data.pair_files import load_bin
 from elasticface.data.recordio_dataset import RecordIODataset
 from elasticface.module import FaceRecognitionModule
 from elasticface.training import build_module, build_trainer, run
-from elasticface.utils.checkpoint_io import AtomicCheckpointIO, remove_stale_temporaries
-from test_recordio import ifqq, smooth_jpeg, whole, write_files
+from elasticface.checkpointing.atomic_save import AtomicCheckpointIO, remove_stale_temporaries
+from helpers.recordio_files import ifqq, smooth_jpeg, whole, write_files
 
 
 @pytest.fixture

@@ -18,11 +18,12 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 from torch import Tensor, nn
 
-from elasticface.data.faults import MIN_TRAIN_BATCH
+from elasticface.data.faults import too_small_to_train
 from elasticface.distributed import ClassShard, rank_and_world, scale_grad
 from elasticface.loss import margin_softmax_loss
 from elasticface.metrics.verification import VerificationAccuracy, flip_fused_embeddings
 from elasticface.sharded_centers import ShardedFC
+from elasticface.utils.lightning_private import attached_trainer, should_update_logs
 
 
 def _plain(cfg: Any) -> Any:
@@ -79,7 +80,7 @@ class FaceRecognitionModule(pl.LightningModule):
     # -- training ------------------------------------------------------------------------------------
     def training_step(self, batch: tuple[Tensor, ...], batch_idx: int) -> Tensor | None:
         images, labels = batch[0], batch[1]
-        if images.shape[0] < MIN_TRAIN_BATCH:  # too few records left readable; counted by the DataModule
+        if too_small_to_train(images):  # too few records left readable; counted by the DataModule
             return None
         embeddings = self.embed(images)
         if self.sharded_centers:
@@ -116,7 +117,7 @@ class FaceRecognitionModule(pl.LightningModule):
         if len(batch) > 2:
             self.log("data/skipped_records", batch[2].float().sum(), on_step=False, on_epoch=True, reduce_fx="sum",
                      sync_dist=True)
-        if not self.trainer._logger_connector.should_update_logs:
+        if not should_update_logs(self.trainer):
             return
         theta_y = self.last_theta_y
         if theta_y is not None and theta_y.numel():
@@ -193,7 +194,7 @@ class FaceRecognitionModule(pl.LightningModule):
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         if isinstance(self.centers, ShardedFC):
-            optimizers = list(self._trainer.optimizers) if self._trainer is not None else []
+            optimizers = list(attached_trainer(self).optimizers) if attached_trainer(self) is not None else []
             self.centers.gather_checkpoint(checkpoint, self._CENTERS_KEY, optimizers)
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
@@ -202,7 +203,7 @@ class FaceRecognitionModule(pl.LightningModule):
         k = self.centers.centers_per_class
         expected = self.hparams.num_classes * k
         if weight is not None and weight.shape[0] != expected:
-            path = getattr(self._trainer, "ckpt_path", None) or "the checkpoint"
+            path = getattr(attached_trainer(self), "ckpt_path", None) or "the checkpoint"
             raise ValueError(
                 f"{path}: its class centres hold {weight.shape[0] // k} classes ({weight.shape[0]} rows of "
                 f"{self._CENTERS_KEY}) but the training data has num_classes={self.hparams.num_classes} "

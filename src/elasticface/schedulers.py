@@ -23,8 +23,14 @@ def _check_warmup(warmup_steps: int, total_steps: int) -> None:
         raise ValueError(f"scheduler.warmup_steps={warmup_steps}: must be in [0, total steps = {total_steps})")
 
 
-def multistep(optimizer: Optimizer, total_steps: int, milestones: Sequence[int] = (), milestone_fractions: Sequence[float] = (),
-              gamma: float = 0.1, warmup_steps: int = 0) -> LambdaLR:
+def multistep(
+    optimizer: Optimizer,
+    total_steps: int,
+    milestones: Sequence[int] = (),
+    milestone_fractions: Sequence[float] = (),
+    gamma: float = 0.1,
+    warmup_steps: int = 0,
+) -> LambdaLR:
     """lr × gamma^(number of milestones passed); milestones in steps and/or fractions of total_steps."""
     if any(not 0.0 < f < 1.0 for f in milestone_fractions):
         raise ValueError(f"scheduler.milestone_fractions={list(milestone_fractions)}: each must be in (0, 1)")

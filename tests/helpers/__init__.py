@@ -1,0 +1,1 @@
+"""Builders shared by several test files (tests never import each other)."""

@@ -4,7 +4,7 @@ Importing this package registers ``iresnet18/34/50/100/200``, ``iresnet_tiny``, 
 and ``mobilefacenet_large`` with timm, so ``timm.create_model("iresnet50")`` works afterwards.
 """
 
-from .build import build_backbone, build_embedder, is_face_backbone, suggest_backbones
+from .build import build_backbone, is_face_backbone, suggest_backbones
 from .iresnet import IBasicBlock, IResNet
 from .mobilefacenet import MobileFaceNet
 from .neck import FaceNeck, TimmEmbedder
@@ -18,7 +18,6 @@ __all__ = [
     "MobileFaceNet",
     "TimmEmbedder",
     "build_backbone",
-    "build_embedder",
     "is_face_backbone",
     "suggest_backbones",
 ]

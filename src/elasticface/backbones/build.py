@@ -16,7 +16,7 @@ from torch import nn
 from .neck import TimmEmbedder
 from .registry import FACE_BACKBONES
 
-__all__ = ["build_backbone", "build_embedder", "is_face_backbone", "suggest_backbones"]
+__all__ = ["build_backbone", "is_face_backbone", "suggest_backbones"]
 
 
 def is_face_backbone(name: str) -> bool:
@@ -106,5 +106,3 @@ def build_backbone(
     in_features = getattr(body, "head_hidden_size", None) or body.num_features
     return TimmEmbedder(body, in_features, embedding_size=embedding_size, dropout=dropout, name=name)
 
-
-build_embedder = build_backbone

@@ -70,13 +70,20 @@ class DivergenceGuard(pl.Callback):
             if broken:  # e.g. BatchNorm statistics of a NaN batch: skipping cannot undo the forward pass
                 raise TrainingDiverged(f"{message}; the forward pass already made buffers non-finite "
                                        f"({', '.join(broken[:3])}), so the step cannot be skipped")
-            log.warning("%s; step skipped (%d of train.skip_nonfinite_steps=%d)", message, self.skipped, self.skip_budget)
+            log.warning(
+                "%s; step skipped (%d of train.skip_nonfinite_steps=%d)", message, self.skipped, self.skip_budget
+            )
             pl_module.log("train/skipped_nonfinite_steps", float(self.skipped), on_step=True)
             return
-        budget = (f"the {self.skip_budget} skippable steps (train.skip_nonfinite_steps) are used up"
-                  if self.skip_budget else "set train.skip_nonfinite_steps=N to skip up to N such steps")
-        raise TrainingDiverged(f"{message}. The weights were not updated; the last checkpoint holds finite weights. "
-                               f"Lower optimizer.lr, keep model.clip_grad_norm, check the data; {budget}.")
+        budget = (
+            f"the {self.skip_budget} skippable steps (train.skip_nonfinite_steps) are used up"
+            if self.skip_budget
+            else "set train.skip_nonfinite_steps=N to skip up to N such steps"
+        )
+        raise TrainingDiverged(
+            f"{message}. The weights were not updated; the last checkpoint holds finite weights. "
+            f"Lower optimizer.lr, keep model.clip_grad_norm, check the data; {budget}."
+        )
 
     def state_dict(self) -> dict[str, int]:
         return {"skipped": self.skipped}

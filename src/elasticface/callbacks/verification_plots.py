@@ -112,13 +112,17 @@ class VerificationPlots(pl.Callback):
             figures[f"val/{name}/scores"] = score_histogram(
                 c["genuine"], c["impostor"], title=f"{name} pair scores (acc {c['acc']:.4f}, step {step})")
         if len(curves) > 1:
-            figures["val/roc"] = roc_figure({n: (c["fpr"], c["tpr"]) for n, c in curves.items()}, title=f"ROC (step {step})")
+            figures["val/roc"] = roc_figure(
+                {n: (c["fpr"], c["tpr"]) for n, c in curves.items()}, title=f"ROC (step {step})"
+            )
         for key, fig in figures.items():
             for logger in self._image_loggers(trainer):
                 log_figure(logger, key, fig, step)
             plt.close(fig)
 
-    def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any, batch_idx: int) -> None:
+    def on_train_batch_end(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any, batch_idx: int
+    ) -> None:
         if not self.histograms or not trainer.is_global_zero:
             return
         every = self.log_every_n_steps or trainer.log_every_n_steps

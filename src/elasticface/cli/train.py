@@ -9,7 +9,8 @@ from __future__ import annotations
 import hydra
 from omegaconf import DictConfig
 
-from elasticface.utils.config import config_dir, register_resolvers
+from elasticface.cli.resolvers import register_resolvers
+from elasticface.utils.config import config_dir
 
 register_resolvers()  # before Hydra composes: the configs use ${cwd:}, ${short_dirname:...}, ${wandb_mode:}
 

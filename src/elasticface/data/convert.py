@@ -72,7 +72,9 @@ def write_recordio(image_root: str, out_dir: str, prefix: str = "train", image_s
                 skipped += 1
                 log.warning("skipping unreadable image %s: %s", path, exc)
                 if skipped > max_corrupt:
-                    raise RuntimeError(f"{image_root}: more than max_corrupt={max_corrupt} unreadable images; last {path}") from exc
+                    raise RuntimeError(
+                        f"{image_root}: more than max_corrupt={max_corrupt} unreadable images; last {path}"
+                    ) from exc
                 continue
             reencoded += changed
             writer.write_image(key, float(label), jpeg)
@@ -92,8 +94,15 @@ def write_recordio(image_root: str, out_dir: str, prefix: str = "train", image_s
         f.write(head)
     with open(os.path.join(out_dir, "property"), "w") as f:
         f.write(f"{c},{image_size},{image_size}\n")
-    log.info("wrote %s: %d images, %d identities (%d re-encoded, %d skipped, %d multi-chunk records)",
-             rec_path, n, c, reencoded, skipped, split)
+    log.info(
+        "wrote %s: %d images, %d identities (%d re-encoded, %d skipped, %d multi-chunk records)",
+        rec_path,
+        n,
+        c,
+        reencoded,
+        skipped,
+        split,
+    )
     return {"images": n, "classes": c, "reencoded": reencoded, "skipped": skipped, "multi_chunk": split}
 
 
@@ -117,12 +126,19 @@ def recordio_to_folder(rec_root: str, out_dir: str, prefix: str = "train", max_c
         with open(os.path.join(out_dir, f"{label:0{width}d}", f"{key}.{image_format(data)}"), "wb") as f:
             f.write(data)
         written += 1
-    log.info("wrote %d images of %d identities to %s (%d corrupt records skipped)", written, ds.num_classes,
-             out_dir, ds.num_corrupt)
+    log.info(
+        "wrote %d images of %d identities to %s (%d corrupt records skipped)",
+        written,
+        ds.num_classes,
+        out_dir,
+        ds.num_corrupt,
+    )
     return {"images": written, "classes": ds.num_classes, "skipped": ds.num_corrupt}
 
 
-def pairs_to_bin(pairs_file: str, image_root: str, out_path: str, image_size: int = 112, quality: int = 95) -> dict[str, int]:
+def pairs_to_bin(
+    pairs_file: str, image_root: str, out_path: str, image_size: int = 112, quality: int = 95
+) -> dict[str, int]:
     """A pair list (`path1 path2 0|1`) -> insightface `.bin`; 112x112 JPEGs are stored byte for byte."""
     from elasticface.data.pair_files import pairs_from_list, write_bin
 

@@ -38,7 +38,9 @@ def image_index(dataset: RecordIODataset, cache_dir: str | None = None) -> str:
     """Path of an `.idx` listing only image records (the legacy layout's header/range keys removed)."""
     if dataset.layout != "legacy":
         return dataset.idx_path
-    tag = hashlib.sha1(f"{os.path.abspath(dataset.idx_path)}:{os.path.getmtime(dataset.idx_path)}".encode()).hexdigest()[:12]
+    tag = hashlib.sha1(
+        f"{os.path.abspath(dataset.idx_path)}:{os.path.getmtime(dataset.idx_path)}".encode()
+    ).hexdigest()[:12]
     cache_dir = cache_dir or os.path.join(tempfile.gettempdir(), "elasticface_dali")
     os.makedirs(cache_dir, exist_ok=True)
     path = os.path.join(cache_dir, f"images_{tag}.idx")
@@ -54,9 +56,20 @@ def image_index(dataset: RecordIODataset, cache_dir: str | None = None) -> str:
 class DaliRecordIOLoader:
     """Iterable over GPU batches from a RecordIO dataset; one shard per DDP rank."""
 
-    def __init__(self, root: str, batch_size: int, num_threads: int = 4, device_id: int | None = None,
-                 shard_id: int = 0, num_shards: int = 1, image_size: int = 112, hflip: bool = True,
-                 normalize: bool = False, seed: int = 0, cache_dir: str | None = None) -> None:
+    def __init__(
+        self,
+        root: str,
+        batch_size: int,
+        num_threads: int = 4,
+        device_id: int | None = None,
+        shard_id: int = 0,
+        num_shards: int = 1,
+        image_size: int = 112,
+        hflip: bool = True,
+        normalize: bool = False,
+        seed: int = 0,
+        cache_dir: str | None = None,
+    ) -> None:
         dali = require_dali()
         from nvidia.dali import fn, types
         from nvidia.dali.plugin.pytorch import DALIGenericIterator, LastBatchPolicy
@@ -69,23 +82,35 @@ class DaliRecordIOLoader:
 
         @dali.pipeline_def(batch_size=batch_size, num_threads=num_threads, device_id=device_id, seed=seed)
         def pipe():
-            jpegs, labels = fn.readers.mxnet(path=[self.dataset.rec_path], index_path=[index_path],
-                                             random_shuffle=True, shard_id=shard_id, num_shards=num_shards,
-                                             pad_last_batch=False, name="reader")
+            jpegs, labels = fn.readers.mxnet(
+                path=[self.dataset.rec_path],
+                index_path=[index_path],
+                random_shuffle=True,
+                shard_id=shard_id,
+                num_shards=num_shards,
+                pad_last_batch=False,
+                name="reader",
+            )
             images = fn.decoders.image(jpegs, device="mixed", output_type=types.RGB)
             images = fn.resize(images, resize_x=image_size, resize_y=image_size)
             mirror = fn.random.coin_flip(probability=0.5) if hflip else 0
             if normalize:
-                images = fn.crop_mirror_normalize(images, dtype=types.FLOAT, output_layout="CHW", mirror=mirror,
-                                                  mean=[127.5] * 3, std=[127.5] * 3)
+                images = fn.crop_mirror_normalize(
+                    images, dtype=types.FLOAT, output_layout="CHW", mirror=mirror, mean=[127.5] * 3, std=[127.5] * 3
+                )
             else:
                 images = fn.crop_mirror_normalize(images, dtype=types.UINT8, output_layout="CHW", mirror=mirror)
             return images, labels
 
         self.pipeline = pipe()
         self.pipeline.build()
-        self.iterator = DALIGenericIterator([self.pipeline], ["images", "labels"], reader_name="reader",
-                                            last_batch_policy=LastBatchPolicy.DROP, auto_reset=True)
+        self.iterator = DALIGenericIterator(
+            [self.pipeline],
+            ["images", "labels"],
+            reader_name="reader",
+            last_batch_policy=LastBatchPolicy.DROP,
+            auto_reset=True,
+        )
 
     def __len__(self) -> int:
         return len(self.iterator)

@@ -22,10 +22,10 @@ import torch
 from torch.utils.data import DataLoader, Dataset, DistributedSampler, Sampler
 from torchdata.stateful_dataloader import StatefulDataLoader
 
-from elasticface.data.faults import MIN_TRAIN_BATCH, DroppedRecord, FaultLedger
+from elasticface.data.faults import DroppedRecord, FaultLedger, too_small_to_train
 from elasticface.data.pairs import PairSet
 from elasticface.data.transforms import BatchAugment, normalize, random_hflip, resize
-from elasticface.heads.elastic import stream_seed
+from elasticface.utils.seeding import stream_seed
 
 log = logging.getLogger(__name__)
 # torchdata 0.11 calls a torch API that torch 2.14 deprecated, once per loader: noise, not a user problem
@@ -137,20 +137,18 @@ class FaceDataModule(pl.LightningDataModule):
             self.setup("fit")
         return int(getattr(self.train_set, "num_classes"))
 
-    @property
-    def val_names(self) -> list[str]:
-        return list(self.val_sets)
-
     def loader_kwargs(self) -> dict[str, Any]:
-        return dict(num_workers=self.num_workers, pin_memory=self.pin_memory, persistent_workers=self.persistent_workers)
+        return dict(num_workers=self.num_workers, pin_memory=self.pin_memory,
+                    persistent_workers=self.persistent_workers)
 
-    def distributed_rank(self) -> tuple[int, int]:
+    def rank_and_world(self) -> tuple[int, int]:
+        """(rank, world size) of the trainer's processes, as `distributed.rank_and_world` orders them; (0, 1) alone."""
         trainer = self.trainer
-        return (trainer.world_size, trainer.global_rank) if trainer is not None else (1, 0)
+        return (trainer.global_rank, trainer.world_size) if trainer is not None else (0, 1)
 
     def train_dataloader(self) -> StatefulDataLoader | Any:
         assert self.train_set is not None, "call setup('fit') first"
-        world_size, rank = self.distributed_rank()
+        rank, world_size = self.rank_and_world()
         if self.decoder == "dali":
             from elasticface.data.dali import DaliRecordIOLoader
 
@@ -158,7 +156,8 @@ class FaceDataModule(pl.LightningDataModule):
                                       hflip=self.hflip, normalize=True, seed=torch.initial_seed() % 2**31 + rank)
         if self.sampler_factory is not None:
             # identity-aware batches: the sampler shards across ranks itself (trainer.use_distributed_sampler=false)
-            sampler = self.sampler_factory(self.train_set, batch_size=self.batch_size, num_replicas=world_size, rank=rank)
+            sampler = self.sampler_factory(self.train_set, batch_size=self.batch_size, num_replicas=world_size,
+                                           rank=rank)
             return StatefulDataLoader(self.train_set, batch_sampler=sampler, collate_fn=collate_faces,
                                       **self.loader_kwargs())
         # the epoch's order is a function of (seed, epoch): Lightning calls set_epoch; the same rule on 1 or N ranks
@@ -179,7 +178,7 @@ class FaceDataModule(pl.LightningDataModule):
             torch.manual_seed(stream_seed(self.seed, trainer.global_rank, trainer.global_step))
             if len(batch) > 3:
                 self.faults.add(batch[3])
-                if images.shape[0] < MIN_TRAIN_BATCH:
+                if too_small_to_train(images):
                     self.faults.skipped_small_batch(images.shape[0], len(batch[3]))
         if not images.is_floating_point():  # DALI batches arrive flipped and scaled already
             if training and self.hflip:

@@ -20,6 +20,11 @@ log = logging.getLogger(__name__)
 MIN_TRAIN_BATCH = 2
 
 
+def too_small_to_train(images: Any) -> bool:
+    """Whether a training batch has too few images left to train on (the DataModule counts it, the module skips it)."""
+    return images.shape[0] < MIN_TRAIN_BATCH
+
+
 class DroppedRecord(NamedTuple):
     """What a training dataset returns for a record it cannot read (a tuple: Lightning moves batches
     with `apply_to_collection`, which refuses frozen dataclasses)."""

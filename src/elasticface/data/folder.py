@@ -25,7 +25,9 @@ IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff", "
 LAYOUT = "expected {root}/<identity>/<image>{ext}: one sub-folder of images per identity"
 
 
-def scan_image_folder(root: str, extensions: Sequence[str] = IMAGE_EXTENSIONS) -> tuple[list[str], list[str], np.ndarray]:
+def scan_image_folder(
+    root: str, extensions: Sequence[str] = IMAGE_EXTENSIONS
+) -> tuple[list[str], list[str], np.ndarray]:
     """(class names, image paths, labels) of an identity-per-folder tree; errors name what was expected."""
     exts = tuple(e.lower() for e in extensions)
     layout = LAYOUT.format(root=root, ext=f" ({', '.join(exts)})")
@@ -47,8 +49,12 @@ def scan_image_folder(root: str, extensions: Sequence[str] = IMAGE_EXTENSIONS) -
     if not paths:
         raise ValueError(f"image folder {root} has {len(classes)} identity folders but no images; {layout}")
     if empty:
-        log.warning("%s: %d identity folder(s) hold no images (e.g. %s); their labels stay reserved",
-                    root, len(empty), ", ".join(empty[:5]))
+        log.warning(
+            "%s: %d identity folder(s) hold no images (e.g. %s); their labels stay reserved",
+            root,
+            len(empty),
+            ", ".join(empty[:5]),
+        )
     return classes, paths, np.asarray(labels, dtype=np.int64)
 
 
@@ -73,7 +79,9 @@ class ImageFolderFaces(Dataset):
         self.classes, self.paths, self.labels = scan_image_folder(self.root, extensions)
         self.num_classes = len(self.classes)
         if num_classes is not None and int(num_classes) != self.num_classes:
-            raise ValueError(f"num_classes={num_classes} was requested but {self.root} has {self.num_classes} identity folders")
+            raise ValueError(
+                f"num_classes={num_classes} was requested but {self.root} has {self.num_classes} identity folders"
+            )
         self.max_corrupt = int(max_corrupt)
         self.decoder = decoder
         self.image_size = image_size
@@ -109,8 +117,12 @@ def list_images(root: str, extensions: Sequence[str] = IMAGE_EXTENSIONS) -> list
     if not os.path.isdir(root):
         raise FileNotFoundError(f"image folder {root} is not a directory")
     exts = tuple(e.lower() for e in extensions)
-    found = [os.path.relpath(os.path.join(dirpath, f), root)
-             for dirpath, _, files in os.walk(root) for f in files if f.lower().endswith(exts)]
+    found = [
+        os.path.relpath(os.path.join(dirpath, f), root)
+        for dirpath, _, files in os.walk(root)
+        for f in files
+        if f.lower().endswith(exts)
+    ]
     if not found:
         raise FileNotFoundError(f"no images ({', '.join(exts)}) under {root}")
     return sorted(found)
@@ -138,14 +150,17 @@ class ImageFiles(Dataset):
             raise CorruptImageError(f"{path}: {exc}") from exc
         if img.shape[1:] != (self.image_size, self.image_size):
             if not self.resize:
-                raise ValueError(f"{path}: image is {img.shape[2]}x{img.shape[1]}; expected aligned "
-                                 f"{self.image_size}x{self.image_size} faces (pass --resize to resize)")
+                raise ValueError(
+                    f"{path}: image is {img.shape[2]}x{img.shape[1]}; expected aligned "
+                    f"{self.image_size}x{self.image_size} faces (pass --resize to resize)"
+                )
             img = resize_uint8(img, self.image_size)
         return img, index
 
 
-def folder_val_sets(pairs_file: str | None = None, image_root: str | None = None, name: str = "pairs",
-                    image_size: int = 112) -> dict[str, PairSet]:
+def folder_val_sets(
+    pairs_file: str | None = None, image_root: str | None = None, name: str = "pairs", image_size: int = 112
+) -> dict[str, PairSet]:
     """Validation sets for a folder dataset: {} without a pairs file, else one set from the pair list."""
     if not pairs_file:
         return {}

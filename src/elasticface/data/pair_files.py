@@ -51,7 +51,9 @@ class EncodedPairSet(PairSet):
             return decode_image(item, self.decoder, self.image_size, self.stats)
         except ValueError as exc:
             # evaluation must not silently drop a pair: a bad image is an error naming set and index
-            raise ValueError(f"pair set '{self.name}' ({self.source or 'memory'}): image {index} is unreadable: {exc}") from exc
+            raise ValueError(
+                f"pair set '{self.name}' ({self.source or 'memory'}): image {index} is unreadable: {exc}"
+            ) from exc
 
     def raw(self, index: int) -> bytes:
         """The encoded bytes of image `index` (what a `.bin` stores)."""
@@ -68,11 +70,18 @@ class _BinUnpickler(pickle.Unpickler):
     """Unpickler that only builds containers, bytes and numpy arrays: a `.bin` cannot run code."""
 
     _ALLOWED = {
-        ("numpy.core.multiarray", "_reconstruct"), ("numpy._core.multiarray", "_reconstruct"),
-        ("numpy.core.multiarray", "scalar"), ("numpy._core.multiarray", "scalar"),
-        ("numpy", "ndarray"), ("numpy", "dtype"), ("numpy.core.numeric", "_frombuffer"),
-        ("numpy._core.numeric", "_frombuffer"), ("_codecs", "encode"),
-        ("builtins", "bytearray"), ("__builtin__", "bytearray"), ("builtins", "bytes"),
+        ("numpy.core.multiarray", "_reconstruct"),
+        ("numpy._core.multiarray", "_reconstruct"),
+        ("numpy.core.multiarray", "scalar"),
+        ("numpy._core.multiarray", "scalar"),
+        ("numpy", "ndarray"),
+        ("numpy", "dtype"),
+        ("numpy.core.numeric", "_frombuffer"),
+        ("numpy._core.numeric", "_frombuffer"),
+        ("_codecs", "encode"),
+        ("builtins", "bytearray"),
+        ("__builtin__", "bytearray"),
+        ("builtins", "bytes"),
     }
 
     def find_class(self, module: str, name: str):
@@ -81,8 +90,10 @@ class _BinUnpickler(pickle.Unpickler):
                 module = module.replace("numpy.core", "numpy._core", 1)
             return super().find_class(module, name)
         if module.startswith("mxnet"):
-            raise pickle.UnpicklingError(f"this .bin holds MXNet objects ({module}.{name}); re-export it with "
-                                         "bytes entries (python -m elasticface.data.convert pairs2bin)")
+            raise pickle.UnpicklingError(
+                f"this .bin holds MXNet objects ({module}.{name}); re-export it with "
+                "bytes entries (python -m elasticface.data.convert pairs2bin)"
+            )
         raise pickle.UnpicklingError(f"refusing to load {module}.{name} from a .bin (only bytes and numpy arrays)")
 
 
@@ -96,18 +107,23 @@ def _as_bytes_entry(item, path: str, index: int) -> bytes | np.ndarray:
             return item.tobytes()
         if item.dtype == np.uint8 and item.ndim in (2, 3):
             return item  # already decoded pixels (HWC)
-    raise ValueError(f"{path}: image entry {index} is {type(item).__name__}"
-                     f"{f' {item.dtype} {item.shape}' if isinstance(item, np.ndarray) else ''}; "
-                     "expected JPEG bytes or a uint8 array")
+    raise ValueError(
+        f"{path}: image entry {index} is {type(item).__name__}"
+        f"{f' {item.dtype} {item.shape}' if isinstance(item, np.ndarray) else ''}; "
+        "expected JPEG bytes or a uint8 array"
+    )
 
 
-def load_bin(path: str, name: str | None = None, image_size: int | None = 112, decoder: str = "torchvision") -> EncodedPairSet:
+def load_bin(
+    path: str, name: str | None = None, image_size: int | None = 112, decoder: str = "torchvision"
+) -> EncodedPairSet:
     """Load an insightface verification `.bin` (pickle of (images, issame)); images decode lazily."""
     path = str(path)
     name = name or os.path.splitext(os.path.basename(path))[0]
     if not os.path.isfile(path):
-        raise FileNotFoundError(f"{path} not found; expected an insightface verification .bin "
-                                "(a pickle of (jpeg_images, issame))")
+        raise FileNotFoundError(
+            f"{path} not found; expected an insightface verification .bin (a pickle of (jpeg_images, issame))"
+        )
     with open(path, "rb") as f:
         data = f.read()
     obj = None
@@ -119,8 +135,9 @@ def load_bin(path: str, name: str | None = None, image_size: int | None = 112, d
             break
         except pickle.UnpicklingError as exc:
             # not a pickle at all ("invalid load key"), or one holding objects a .bin may not (refused)
-            raise pickle.UnpicklingError(f"{path}: not a readable insightface .bin: {exc}; expected a pickle of "
-                                         "(jpeg_images, issame)") from exc
+            raise pickle.UnpicklingError(
+                f"{path}: not a readable insightface .bin: {exc}; expected a pickle of (jpeg_images, issame)"
+            ) from exc
         except Exception as exc:  # noqa: BLE001 - report every attempt below
             errors.append(f"encoding={encoding}: {type(exc).__name__}: {exc}")
     if obj is None:
@@ -159,33 +176,45 @@ def write_bin(path: str, images: Sequence[bytes | np.ndarray], issame: Sequence[
     os.replace(tmp, path)
 
 
-def find_bin_sets(root: str, names: Sequence[str] | None = None, image_size: int | None = 112,
-                  decoder: str = "torchvision") -> dict[str, PairSet]:
+def find_bin_sets(
+    root: str, names: Sequence[str] | None = None, image_size: int | None = 112, decoder: str = "torchvision"
+) -> dict[str, PairSet]:
     """`{name: PairSet}` for the `.bin` files in `root`: exactly `names` (each must exist), or with
     `names=None` every `.bin` there, as insightface's training uses the verification sets that exist."""
     root = str(root)
     if not os.path.isdir(root):
-        raise FileNotFoundError(f"verification root {root} is not a directory; expected {root}/<name>.bin "
-                                f"(e.g. {', '.join(n + '.bin' for n in KNOWN_BIN_SETS[:3])})")
+        raise FileNotFoundError(
+            f"verification root {root} is not a directory; expected {root}/<name>.bin "
+            f"(e.g. {', '.join(n + '.bin' for n in KNOWN_BIN_SETS[:3])})"
+        )
     found = {os.path.splitext(f)[0]: os.path.join(root, f) for f in sorted(os.listdir(root)) if f.endswith(".bin")}
     if names is None:
         if not found:
-            raise FileNotFoundError(f"no .bin verification sets in {root}: expected {root}/<name>.bin (e.g. "
-                                    f"{', '.join(n + '.bin' for n in KNOWN_BIN_SETS[:3])}); set data.val_root to "
-                                    "their folder, or data.val_sets=null to train without verification")
+            raise FileNotFoundError(
+                f"no .bin verification sets in {root}: expected {root}/<name>.bin (e.g. "
+                f"{', '.join(n + '.bin' for n in KNOWN_BIN_SETS[:3])}); set data.val_root to "
+                "their folder, or data.val_sets=null to train without verification"
+            )
         wanted = list(found)
         _log.info("verification sets found in %s: %s", root, ", ".join(wanted))
     else:
         wanted = [str(n) for n in names]
         missing = [n for n in wanted if n not in found]
         if missing:
-            raise FileNotFoundError(f"verification set(s) {missing} not found in {root}: found "
-                                    f"{sorted(found) or 'no .bin files'}; expected {root}/<name>.bin")
+            raise FileNotFoundError(
+                f"verification set(s) {missing} not found in {root}: found "
+                f"{sorted(found) or 'no .bin files'}; expected {root}/<name>.bin"
+            )
     return {n: load_bin(found[n], n, image_size=image_size, decoder=decoder) for n in wanted}
 
 
-def pairs_from_list(pairs_file: str, image_root: str, name: str | None = None, image_size: int | None = 112,
-                    decoder: str = "torchvision") -> EncodedPairSet:
+def pairs_from_list(
+    pairs_file: str,
+    image_root: str,
+    name: str | None = None,
+    image_size: int | None = 112,
+    decoder: str = "torchvision",
+) -> EncodedPairSet:
     """A pair set from a text file of `path1 path2 0|1` lines (paths relative to `image_root`)."""
     pairs_file, image_root = str(pairs_file), str(image_root)
     name = name or os.path.splitext(os.path.basename(pairs_file))[0]
@@ -204,7 +233,9 @@ def pairs_from_list(pairs_file: str, image_root: str, name: str | None = None, i
             for p in parts[:2]:
                 full = p if os.path.isabs(p) else os.path.join(image_root, p)
                 if not os.path.isfile(full):
-                    raise FileNotFoundError(f"{pairs_file}:{lineno}: image {full} not found (paths are relative to {image_root})")
+                    raise FileNotFoundError(
+                        f"{pairs_file}:{lineno}: image {full} not found (paths are relative to {image_root})"
+                    )
                 paths.append(full)
             issame.append(parts[2] == "1")
     if not issame:

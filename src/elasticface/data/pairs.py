@@ -38,9 +38,13 @@ class TensorPairSet(PairSet):
     def __init__(self, name: str, images: torch.Tensor, issame: np.ndarray | list[bool]) -> None:
         super().__init__(name, issame)
         if images.dtype != torch.uint8 or images.ndim != 4 or images.shape[1] != 3:
-            raise ValueError(f"pair set '{name}': expected uint8 images [2P, 3, H, W], got {images.dtype} {tuple(images.shape)}")
+            raise ValueError(
+                f"pair set '{name}': expected uint8 images [2P, 3, H, W], got {images.dtype} {tuple(images.shape)}"
+            )
         if images.shape[0] != 2 * self.num_pairs:
-            raise ValueError(f"pair set '{name}': {images.shape[0]} images for {self.num_pairs} pairs; expected {2 * self.num_pairs}")
+            raise ValueError(
+                f"pair set '{name}': {images.shape[0]} images for {self.num_pairs} pairs; expected {2 * self.num_pairs}"
+            )
         self.images = images
 
     def load_image(self, index: int) -> torch.Tensor:

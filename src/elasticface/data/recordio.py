@@ -250,7 +250,9 @@ def scan_records(rec_path: str) -> Iterator[tuple[int, int]]:
                     return
                 magic, lrec = _U32X2.unpack(head)
                 if magic != MAGIC:
-                    raise CorruptRecordError(f"{rec_path}: wrong magic at byte {offset}; cannot rebuild the index past it")
+                    raise CorruptRecordError(
+                        f"{rec_path}: wrong magic at byte {offset}; cannot rebuild the index past it"
+                    )
                 cflag, length = lrec >> 29, lrec & _LEN_MASK
                 offset += 8 + length + (-length) % 4
                 if cflag in (0, 3):

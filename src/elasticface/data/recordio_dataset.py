@@ -210,7 +210,9 @@ class RecordIODataset(Dataset):
             if not 0 <= label < self.num_classes:
                 raise CorruptRecordError(f"label {label} outside [0, {self.num_classes})")
             if label != self.labels[index]:
-                raise CorruptRecordError(f"header label {label} disagrees with the identity ranges ({self.labels[index]})")
+                raise CorruptRecordError(
+                    f"header label {label} disagrees with the identity ranges ({self.labels[index]})"
+                )
             img = decode_image(image, self.decoder, self.image_size, self.stats)
         except (CorruptRecordError, CorruptImageError) as exc:
             if key not in self.corrupt_keys:
@@ -219,5 +221,7 @@ class RecordIODataset(Dataset):
         return img, label
 
     def __repr__(self) -> str:
-        return (f"RecordIODataset(root={self.root!r}, layout={self.layout}, images={len(self)}, "
-                f"classes={self.num_classes}, decoder={self.decoder})")
+        return (
+            f"RecordIODataset(root={self.root!r}, layout={self.layout}, images={len(self)}, "
+            f"classes={self.num_classes}, decoder={self.decoder})"
+        )

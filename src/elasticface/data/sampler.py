@@ -63,7 +63,9 @@ class IdentityBatchSampler(Sampler[list[int]]):
         self._num_groups = int(sum(-(-c // k) for c in counts))
         self._batches_per_rank = (self._num_groups // self.p) // self.num_replicas
         if self._batches_per_rank == 0:
-            raise ValueError(f"{len(self.labels)} images make no full batch of {batch_size} on each of {self.num_replicas} ranks")
+            raise ValueError(
+                f"{len(self.labels)} images make no full batch of {batch_size} on each of {self.num_replicas} ranks"
+            )
 
     def set_epoch(self, epoch: int) -> None:
         self.epoch = int(epoch)
@@ -125,12 +127,18 @@ class IdentityBatchSampler(Sampler[list[int]]):
     def __iter__(self) -> Iterator[list[int]]:
         rng = np.random.default_rng([self.seed, self.epoch])
         batches = self._pack(rng)
-        for b in batches[self.rank::self.num_replicas]:
+        for b in batches[self.rank :: self.num_replicas]:
             yield b.tolist()
 
 
-def identity_sampler(dataset, batch_size: int, images_per_identity: int = 4, seed: int = 0,
-                     num_replicas: int | None = None, rank: int | None = None) -> IdentityBatchSampler:
+def identity_sampler(
+    dataset,
+    batch_size: int,
+    images_per_identity: int = 4,
+    seed: int = 0,
+    num_replicas: int | None = None,
+    rank: int | None = None,
+) -> IdentityBatchSampler:
     """Factory with the DataModule's `sampler(dataset, batch_size=...)` signature (Hydra `_partial_`)."""
     return IdentityBatchSampler(dataset, batch_size, images_per_identity, num_replicas, rank, seed)
 

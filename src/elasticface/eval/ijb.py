@@ -112,7 +112,9 @@ def _read_columns(path: str, columns: int, what: str) -> list[list[str]]:
             if not parts:
                 continue
             if len(parts) != columns:
-                raise ValueError(f"{path}:{lineno}: expected {columns} columns ({what}), got {len(parts)}: {line.strip()[:120]!r}")
+                raise ValueError(
+                    f"{path}:{lineno}: expected {columns} columns ({what}), got {len(parts)}: {line.strip()[:120]!r}"
+                )
             rows.append(parts)
     if not rows:
         raise ValueError(f"{path} is empty; expected {what}")
@@ -161,8 +163,10 @@ def load_ijb_meta(root: str, target: str = "IJBC") -> IJBMeta:
     base = root if os.path.isdir(os.path.join(root, "meta")) else os.path.join(root, target)
     meta = os.path.join(base, "meta")
     if not os.path.isdir(meta):
-        raise FileNotFoundError(f"IJB: no meta/ folder in {root} or {os.path.join(root, target)}; expected the insightface layout "
-                                f"<root>/{target}/meta/{target.lower()}_face_tid_mid.txt")
+        raise FileNotFoundError(
+            f"IJB: no meta/ folder in {root} or {os.path.join(root, target)}; expected the insightface layout "
+            f"<root>/{target}/meta/{target.lower()}_face_tid_mid.txt"
+        )
     t = target.lower()
     names, landmarks, scores = read_landmarks(os.path.join(meta, f"{t}_name_5pts_score.txt"))
     tm_names, templates, medias = read_template_media(os.path.join(meta, f"{t}_face_tid_mid.txt"))
@@ -170,8 +174,10 @@ def load_ijb_meta(root: str, target: str = "IJBC") -> IJBMeta:
         position = {n: i for i, n in enumerate(tm_names)}
         missing = [n for n in names if n not in position]
         if missing or len(tm_names) != len(names):
-            raise ValueError(f"IJB: {t}_face_tid_mid.txt and {t}_name_5pts_score.txt list different images "
-                             f"({len(tm_names)} vs {len(names)}; e.g. {missing[:3]})")
+            raise ValueError(
+                f"IJB: {t}_face_tid_mid.txt and {t}_name_5pts_score.txt list different images "
+                f"({len(tm_names)} vs {len(names)}; e.g. {missing[:3]})"
+            )
         order = np.array([position[n] for n in names])
         templates, medias = templates[order], medias[order]
     p1, p2, labels = read_template_pairs(os.path.join(meta, f"{t}_template_pair_label.txt"))
@@ -218,8 +224,9 @@ def template_features(features: Any, templates: np.ndarray, medias: np.ndarray) 
     return template_ids, tfeat.numpy()
 
 
-def template_pair_scores(template_ids: np.ndarray, template_feats: np.ndarray, t1: np.ndarray, t2: np.ndarray,
-                         batch: int = 100_000) -> np.ndarray:
+def template_pair_scores(
+    template_ids: np.ndarray, template_feats: np.ndarray, t1: np.ndarray, t2: np.ndarray, batch: int = 100_000
+) -> np.ndarray:
     """Cosine similarity of every template pair (features already unit length), in batches."""
     i1, i2 = np.searchsorted(template_ids, t1), np.searchsorted(template_ids, t2)
     for ids, idx in ((t1, i1), (t2, i2)):
@@ -228,8 +235,8 @@ def template_pair_scores(template_ids: np.ndarray, template_feats: np.ndarray, t
             raise ValueError(f"IJB: {int(bad.sum())} pair template ids have no images (e.g. {ids[bad][:3].tolist()})")
     scores = np.empty(t1.shape[0], dtype=np.float64)
     for s in range(0, t1.shape[0], batch):
-        a, b = template_feats[i1[s:s + batch]], template_feats[i2[s:s + batch]]
-        scores[s:s + batch] = np.einsum("ij,ij->i", a, b)
+        a, b = template_feats[i1[s : s + batch]], template_feats[i2[s : s + batch]]
+        scores[s : s + batch] = np.einsum("ij,ij->i", a, b)
     return scores
 
 
@@ -251,7 +258,9 @@ def evaluate_ijb(
 
     meta = load_ijb_meta(root, target)
     dataset = IJBImages(meta.image_dir, meta.names, meta.landmarks, image_size)
-    log.info("IJB %s: embedding %d images of %d templates", meta.target, len(dataset), np.unique(meta.templates).shape[0])
+    log.info(
+        "IJB %s: embedding %d images of %d templates", meta.target, len(dataset), np.unique(meta.templates).shape[0]
+    )
     emb, idx = embed_dataset(model, dataset, batch_size, flip, device, num_workers)
     feats = emb[torch.argsort(idx)].double()
     if normalize_images:
@@ -262,5 +271,12 @@ def evaluate_ijb(
     scores = template_pair_scores(template_ids, tfeats, meta.pair_t1, meta.pair_t2)
     labels = meta.pair_labels.astype(bool)
     roc = roc_curve(scores, labels)
-    return {"tar": tar_at_fars(roc[0], roc[1], fars), "scores": scores, "labels": labels, "roc": roc,
-            "num_images": len(dataset), "num_templates": int(template_ids.shape[0]), "num_pairs": int(labels.shape[0])}
+    return {
+        "tar": tar_at_fars(roc[0], roc[1], fars),
+        "scores": scores,
+        "labels": labels,
+        "roc": roc,
+        "num_images": len(dataset),
+        "num_templates": int(template_ids.shape[0]),
+        "num_pairs": int(labels.shape[0]),
+    }

@@ -44,19 +44,7 @@ from elasticface.distributed import active_shard, rank_and_world
 from .base import GuardedHead, check_choice, check_range
 from .functional import batch_target_cos, batch_valid, gather_target, margin_logits
 
-_MASK64 = (1 << 64) - 1
-
-
-def _splitmix64(x: int) -> int:
-    x = (x + 0x9E3779B97F4A7C15) & _MASK64
-    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
-    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & _MASK64
-    return x ^ (x >> 31)
-
-
-def stream_seed(seed: int, rank: int, step: int) -> int:
-    """A well-mixed 63-bit seed for draw ``step`` of ``rank`` in the stream ``seed``."""
-    return _splitmix64(_splitmix64(_splitmix64(seed & _MASK64) ^ rank) ^ step) & ((1 << 63) - 1)
+from elasticface.utils.seeding import stream_seed
 
 
 def rank_assign(draws: Tensor, cos_y: Tensor, valid: Tensor, mode: str = "paper") -> Tensor:

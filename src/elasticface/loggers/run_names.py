@@ -1,14 +1,13 @@
 """What a run is called on the dashboards: its name, its sweep group, its job type and tags.
 
-Registered as config resolvers (`${run_name:}`, `${sweep_group:}`, `${run_job_type:}`, `${run_tags:}`)
-and used by configs/logger/*.yaml, so a W&B project or a TensorBoard directory reads "which head, which
-σ, which backbone, which sweep" without opening a config.
+Registered as config resolvers by the commands (cli/resolvers.py: `${run_name:}`, `${sweep_group:}`,
+`${run_job_type:}`, `${run_tags:}`) and used by configs/logger/*.yaml, so a W&B project or a TensorBoard
+directory reads "which head, which σ, which backbone, which sweep" without opening a config.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
@@ -19,7 +18,7 @@ from elasticface.utils.config import group_choices
 DEFAULT_SCALE = 64.0
 
 
-def _choice(cfg: DictConfig, group: str) -> str:
+def group_choice(cfg: DictConfig, group: str) -> str:
     """The chosen option of a config group (head, backbone, data), or a name derived from the config."""
     choice = group_choices().get(group)
     if choice:
@@ -32,19 +31,21 @@ def _choice(cfg: DictConfig, group: str) -> str:
 
 
 def run_name(cfg: DictConfig) -> str:
-    """`<head>-m<m>[-s<s>][-sigma<σ>]-<backbone>-seed<seed>`, e.g. `elastic_arc_plus-m0.5-sigma0.0175-iresnet50-seed42`.
+    """`<head>-m<m>[-s<s>][-sigma<σ>]-<backbone>-seed<seed>`.
+
+    E.g. `elastic_arc_plus-m0.5-sigma0.0175-iresnet50-seed42`.
 
     s appears only when it is not the paper's 64; σ only for heads that have one. Safe as a directory
     name (TensorBoard shows the directory as the run's name).
     """
-    parts = [_choice(cfg, "head")]
+    parts = [group_choice(cfg, "head")]
     if cfg.get("m") is not None:
         parts.append(f"m{cfg.m:g}")
     if cfg.get("s") is not None and float(cfg.s) != DEFAULT_SCALE:
         parts.append(f"s{cfg.s:g}")
     if cfg.get("sigma") is not None:
         parts.append(f"sigma{cfg.sigma:g}")
-    parts += [_choice(cfg, "backbone"), f"seed{cfg.get('seed')}"]
+    parts += [group_choice(cfg, "backbone"), f"seed{cfg.get('seed')}"]
     return "-".join(str(p).replace("/", "_") for p in parts)
 
 
@@ -73,19 +74,5 @@ def current_sweep_group() -> str | None:
 def run_tags(cfg: DictConfig) -> list[str]:
     """The config's `tags` plus the head, backbone and data options, so runs filter by head in W&B."""
     tags = [str(t) for t in (cfg.get("tags") or [])]
-    tags += [_choice(cfg, "head"), _choice(cfg, "backbone"), f"data:{_choice(cfg, 'data')}"]
+    tags += [group_choice(cfg, "head"), group_choice(cfg, "backbone"), f"data:{group_choice(cfg, 'data')}"]
     return list(dict.fromkeys(tags))
-
-
-def register_run_name_resolvers() -> None:
-    from omegaconf import OmegaConf
-
-    resolvers: dict[str, Any] = {
-        "run_name": lambda *, _root_: run_name(_root_),
-        "sweep_group": lambda: current_sweep_group(),
-        "run_job_type": lambda *, _root_: _choice(_root_, "head"),
-        "run_tags": lambda *, _root_: run_tags(_root_),
-    }
-    for name, fn in resolvers.items():
-        if not OmegaConf.has_resolver(name):
-            OmegaConf.register_new_resolver(name, fn)

@@ -12,9 +12,10 @@ from argparse import Namespace
 from collections.abc import Sequence
 from typing import Any
 
-from lightning_fabric.utilities.logger import _convert_params, _flatten_dict
 from pytorch_lightning.loggers import TensorBoardLogger as LightningTensorBoardLogger
 from pytorch_lightning.utilities import rank_zero_only
+
+from elasticface.utils.lightning_private import flat_hyperparameters, tensorboard_file_writer
 
 
 class TensorBoardLogger(LightningTensorBoardLogger):
@@ -32,9 +33,9 @@ class TensorBoardLogger(LightningTensorBoardLogger):
             return  # Lightning wrote the HPARAMS summary with the given metrics
         from torch.utils.tensorboard.summary import hparams
 
-        flat = self._sanitize_params(_flatten_dict(_convert_params(params)))
+        flat = flat_hyperparameters(self, params)
         # the values are placeholders: TensorBoard only takes the tag names from them
         experiment, session_start, session_end = hparams(flat, {key: 0.0 for key in self.hparams_metrics})
-        writer = self.experiment._get_file_writer()
+        writer = tensorboard_file_writer(self)
         for summary in (experiment, session_start, session_end):
             writer.add_summary(summary, step)

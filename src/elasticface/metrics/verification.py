@@ -137,7 +137,9 @@ def verification_scores(
     else:
         val_thresholds = np.asarray(val_thresholds, dtype=np.float64)
         if val_thresholds.shape[0] < 2 or np.any(np.diff(val_thresholds) <= 0):
-            raise ValueError("val_thresholds must be at least 2 strictly increasing values (FAR is inverted along them)")
+            raise ValueError(
+                "val_thresholds must be at least 2 strictly increasing values (FAR is inverted along them)"
+            )
     folds = kfold_bounds(dist.shape[0], num_folds)
 
     def fold_counts(grid: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -248,7 +250,8 @@ class VerificationAccuracy(Metric):
 
     def update(self, embeddings: Tensor, indices: Tensor) -> None:
         if embeddings.ndim != 2 or indices.ndim != 1 or embeddings.shape[0] != indices.shape[0]:
-            raise ValueError(f"expected embeddings [N, D] and indices [N], got {tuple(embeddings.shape)} and {tuple(indices.shape)}")
+            raise ValueError(f"expected embeddings [N, D] and indices [N], got {tuple(embeddings.shape)} "
+                             f"and {tuple(indices.shape)}")
         self._result_cache = None
         self.embeddings.append(embeddings.detach().float())
         self.indices.append(indices.detach().long().to(embeddings.device))
@@ -264,14 +267,16 @@ class VerificationAccuracy(Metric):
         unique, first = np.unique(idx, return_index=True)
         n = self.num_images
         if unique.shape[0] and (unique[0] < 0 or unique[-1] >= n):
-            raise ValueError(f"VerificationAccuracy: image indices must lie in [0, {n}), got min {unique[0]} max {unique[-1]}")
+            raise ValueError(f"VerificationAccuracy: image indices must lie in [0, {n}), "
+                             f"got min {unique[0]} max {unique[-1]}")
         issame = self.issame
         if unique.shape[0] != n:
             missing = np.setdiff1d(np.arange(n), unique)
             if not self.allow_partial:
                 raise ValueError(
                     f"VerificationAccuracy: {missing.shape[0]} of {n} images of the pair set were never embedded "
-                    f"(first missing indices {missing[:10].tolist()}); every image 0..{n - 1} must be passed to update()"
+                    f"(first missing indices {missing[:10].tolist()}); "
+                    f"every image 0..{n - 1} must be passed to update()"
                 )
             return self._partial(emb[first], unique)
         emb = emb[first]  # np.unique sorts, so row i is image i
@@ -308,7 +313,8 @@ class VerificationAccuracy(Metric):
 
     def compute(self) -> dict[str, Tensor]:
         r = self._gathered()
-        keys = {"acc": "acc", "acc_std": "acc_std", "threshold": "threshold", far_key(self.far_target): "tar", "xnorm": "xnorm"}
+        keys = {"acc": "acc", "acc_std": "acc_std", "threshold": "threshold", far_key(self.far_target): "tar",
+                "xnorm": "xnorm"}
         # float64 so that the logged numbers are exactly the protocol's, not rounded to float32
         return {name: torch.tensor(r[key], dtype=torch.float64) for name, key in keys.items()}
 
@@ -317,7 +323,8 @@ class VerificationAccuracy(Metric):
         insightface's fold-averaged ROC (`fold_fpr`, `fold_tpr`), and cosine similarities of `genuine`
         and `impostor` pairs. Under DDP every rank must call it (it gathers the states)."""
         if self._result_cache is None:
-            with self.sync_context(dist_sync_fn=self.dist_sync_fn, should_sync=self._to_sync, should_unsync=self._should_unsync):
+            with self.sync_context(dist_sync_fn=self.dist_sync_fn, should_sync=self._to_sync,
+                                   should_unsync=self._should_unsync):
                 r = self._gathered()
         else:
             r = self._result_cache

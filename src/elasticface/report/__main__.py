@@ -14,7 +14,9 @@ from elasticface.report.table import build_report, to_csv, to_markdown
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m elasticface.report", description=__doc__)
     parser.add_argument("sweep_dir", type=Path, help="a multirun directory, e.g. logs/train/multiruns/<time>")
-    parser.add_argument("--out", type=Path, default=None, help="where to write report.md/.csv/.png (default: the sweep dir)")
+    parser.add_argument(
+        "--out", type=Path, default=None, help="where to write report.md/.csv/.png (default: the sweep dir)"
+    )
     args = parser.parse_args(argv)
     try:
         report = build_report(read_sweep(args.sweep_dir))

@@ -64,7 +64,9 @@ def read_sweep(root: str | Path) -> Sweep:
     root = Path(root)
     if not root.is_dir():
         raise FileNotFoundError(f"sweep directory {root} does not exist")
-    dirs = sorted({p.parent for p in root.rglob(".hydra") if p.is_dir()} | {p.parent for p in root.rglob("summary.json")})
+    dirs = sorted(
+        {p.parent for p in root.rglob(".hydra") if p.is_dir()} | {p.parent for p in root.rglob("summary.json")}
+    )
     if not dirs:
         raise FileNotFoundError(f"{root}: no job directories (a folder with .hydra/ or summary.json) below it")
     sweep = Sweep(root)

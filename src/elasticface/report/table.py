@@ -98,8 +98,11 @@ def build_report(sweep: Sweep) -> Report:
     benchmarks = list(finished[0].summary["val/sets"])
     for job in finished[1:]:
         if set(job.summary["val/sets"]) != set(benchmarks):
-            raise ValueError(f"{job.path / 'summary.json'}: 'val/sets' has benchmarks {sorted(job.summary['val/sets'])}, "
-                             f"but {finished[0].path / 'summary.json'} has {sorted(benchmarks)}; a table needs the same ones everywhere")
+            raise ValueError(
+                f"{job.path / 'summary.json'}: 'val/sets' has benchmarks {sorted(job.summary['val/sets'])}, "
+                f"but {finished[0].path / 'summary.json'} has {sorted(benchmarks)}; "
+                "a table needs the same ones everywhere"
+            )
     extra_values = {k: {str(j.summary.get(k)) for j in finished} for k in EXTRA_KEYS}
     varying = [k for k in EXTRA_KEYS if len(extra_values[k]) > 1]
 
@@ -128,12 +131,14 @@ def build_report(sweep: Sweep) -> Report:
         for r in members:
             r.within_spread_of_winner = (not r.winner) and _indistinct(winner, r)
         for i, a in enumerate(members):
-            for b in members[i + 1:]:
+            for b in members[i + 1 :]:
                 if _indistinct(a, b):
                     spread = max(a.acc_spread, b.acc_spread)
-                    notes.append(f"{a.label(varying)} and {b.label(varying)}: mean accuracies differ by "
-                                 f"{100 * abs(a.acc_mean - b.acc_mean):.2f} points, less than their seed spread "
-                                 f"(std up to {100 * spread:.2f}): their order is not reliable")
+                    notes.append(
+                        f"{a.label(varying)} and {b.label(varying)}: mean accuracies differ by "
+                        f"{100 * abs(a.acc_mean - b.acc_mean):.2f} points, less than their seed spread "
+                        f"(std up to {100 * spread:.2f}): their order is not reliable"
+                    )
         ordered += members
     return Report(benchmarks, ordered, varying, unfinished, notes)
 
@@ -154,10 +159,13 @@ def to_markdown(report: Report) -> str:
     lines = []
     if report.rows:
         seeds = sorted({len(r.runs) for r in report.rows})
-        lines.append(f"Accuracy in % on each benchmark (Borda rank within the loss family in brackets; "
-                     f"{'/'.join(map(str, seeds))} seed(s) per configuration{', mean ± std' if max(seeds) > 1 else ''}); "
-                     f"ranked by the Borda sum within each family; ★ = the family's winner"
-                     f"{'; ≈ = within the seed spread of the winner' if any(r.within_spread_of_winner for r in report.rows) else ''}.")
+        any_within_spread = any(r.within_spread_of_winner for r in report.rows)
+        lines.append(
+            f"Accuracy in % on each benchmark (Borda rank within the loss family in brackets; "
+            f"{'/'.join(map(str, seeds))} seed(s) per configuration{', mean ± std' if max(seeds) > 1 else ''}); "
+            f"ranked by the Borda sum within each family; ★ = the family's winner"
+            f"{'; ≈ = within the seed spread of the winner' if any_within_spread else ''}."
+        )
         lines.append("")
         head = ["loss", *report.benchmarks, "mean", "Borda sum", "rank"]
         lines.append("| " + " | ".join(head) + " |")
@@ -185,13 +193,13 @@ def to_csv(report: Report) -> str:
     out = io.StringIO()
     w = csv.writer(out)
     bench_cols = [f"{b}/{k}" for b in report.benchmarks for k in ("acc_mean", "acc_std", "borda")]
-    w.writerow(["status", "family", "configuration", "head", "m", "sigma", *report.varying, "seeds", "runs", *bench_cols,
-                "acc_mean", "acc_std", "borda_sum", "rank", "winner", "within_spread_of_winner"])
+    w.writerow(["status", "family", "configuration", "head", "m", "sigma", *report.varying, "seeds", "runs",
+                *bench_cols, "acc_mean", "acc_std", "borda_sum", "rank", "winner", "within_spread_of_winner"])
     for r in report.rows:
         bench = [v for b in report.benchmarks for v in (r.mean(b), r.std(b), r.borda[b])]
         spread = r.acc_spread
-        w.writerow(["finished", FAMILY_NAMES.get(r.family, r.family), r.label(report.varying), r.family, r.m, r.sigma,
-                    *(r.extra[k] for k in report.varying), " ".join(map(str, r.seeds)), len(r.runs), *bench,
+        w.writerow(["finished", FAMILY_NAMES.get(r.family, r.family), r.label(report.varying), r.family, r.m,
+                    r.sigma, *(r.extra[k] for k in report.varying), " ".join(map(str, r.seeds)), len(r.runs), *bench,
                     r.acc_mean, "" if spread is None or math.isnan(spread) else spread, r.borda_sum, r.rank,
                     int(r.winner), int(r.within_spread_of_winner)])
     for path, why in report.unfinished:

@@ -1,17 +1,12 @@
-"""Config helpers: resolvers, start-up validation of the top-level keys, flattening for loggers."""
+"""Config helpers: where the config tree is, start-up validation of the top-level keys, flattening for loggers."""
 
 from __future__ import annotations
 
-import hashlib
-import os
 from pathlib import Path
 from typing import Any
 
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
-
-from elasticface.utils.wandb_mode import wandb_mode
-
 
 PACKAGE_DIR = Path(__file__).resolve().parents[1]
 
@@ -30,26 +25,6 @@ def config_dir(package_dir: Path = PACKAGE_DIR) -> Path:
         "no Hydra config tree (train.yaml) for the elasticface package at " + " or ".join(map(str, candidates))
         + ": reinstall the package (its wheel ships elasticface/configs) or run from a checkout that has configs/"
     )
-
-
-def short_dirname(name: str, max_length: int = 120) -> str:
-    """A sweep job's directory name: its overrides, cut and suffixed with a hash when they get too long.
-
-    File systems refuse names over 255 bytes, and a sweep with many fixed overrides gets there.
-    """
-    name = name.replace("/", "_")
-    if len(name) <= max_length:
-        return name
-    return f"{name[: max_length - 9]}-{hashlib.sha1(name.encode()).hexdigest()[:8]}"
-
-
-def register_resolvers() -> None:
-    for name, fn in (("wandb_mode", wandb_mode), ("short_dirname", short_dirname), ("cwd", os.getcwd)):
-        if not OmegaConf.has_resolver(name):
-            OmegaConf.register_new_resolver(name, fn)
-    from elasticface.loggers.run_names import register_run_name_resolvers  # it imports this module
-
-    register_run_name_resolvers()
 
 
 def _number(cfg: DictConfig, key: str) -> float | None:

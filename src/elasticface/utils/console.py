@@ -13,7 +13,20 @@ from omegaconf import DictConfig, OmegaConf
 from pytorch_lightning.utilities import rank_zero_only
 
 #: top-level keys shown first, in this order; the rest follow as they come
-_FIRST = ("task_name", "m", "s", "sigma", "seed", "head", "backbone", "model", "data", "optimizer", "scheduler", "trainer")
+_FIRST = (
+    "task_name",
+    "m",
+    "s",
+    "sigma",
+    "seed",
+    "head",
+    "backbone",
+    "model",
+    "data",
+    "optimizer",
+    "scheduler",
+    "trainer",
+)
 
 
 @rank_zero_only

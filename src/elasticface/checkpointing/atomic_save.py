@@ -1,15 +1,4 @@
-"""Checkpoint writes that a `kill -9` or a full disk cannot turn into a broken `last.ckpt`.
-
-Why not Lightning's own save (lightning_fabric 2.6 `_atomic_save`, read in the installed source): for a
-local path it serialises into memory, writes an fsspec transaction file made by `tempfile.mkstemp()` in
-the system temp directory and `shutil.move`s it over the target, with no fsync. When /tmp is another
-file system than the checkpoint directory (node-local /tmp, shared /scratch: the usual cluster) that
-move is a copy into the target itself, so a kill mid-copy leaves a truncated `last.ckpt`, and the
-killed write's full-size temporary stays in /tmp where no run looks for it. Here a local write goes to
-a temporary beside the target (same file system), is fsynced and renamed over it in one step; a killed
-write leaves only that `.<name>.*.tmp` beside it, which `remove_stale_temporaries` deletes when the next
-run starts. Remote paths (`s3://`, `gs://`, ...) keep Lightning's fsspec save unchanged.
-"""
+"""Checkpoint writes that a `kill -9` or a full disk cannot turn into a broken `last.ckpt`."""
 
 from __future__ import annotations
 
@@ -21,7 +10,8 @@ from typing import Any
 
 import torch
 from lightning_fabric.plugins.io.torch_io import TorchCheckpointIO
-from lightning_fabric.utilities.cloud_io import _is_local_file_protocol
+
+from elasticface.utils.lightning_private import is_local_path
 
 log = logging.getLogger(__name__)
 
@@ -40,7 +30,7 @@ def temporary_prefix(target: Path) -> str:
 
 def remove_stale_temporaries(directory: str | os.PathLike) -> list[Path]:
     """Delete what killed checkpoint writes left in `directory` (local only); returns the deleted files."""
-    if not _is_local_file_protocol(str(directory)) or not os.path.isdir(directory):
+    if not is_local_path(str(directory)) or not os.path.isdir(directory):
         return []
     removed = []
     for path in Path(directory).iterdir():
@@ -53,15 +43,25 @@ def remove_stale_temporaries(directory: str | os.PathLike) -> list[Path]:
     return removed
 
 
+# Why not Lightning's own save (lightning_fabric 2.6 `_atomic_save`, read in the installed source): for a
+# local path it writes an fsspec transaction file made by `tempfile.mkstemp()` in the system temp
+# directory and `shutil.move`s it over the target, with no fsync. When /tmp is another file system than
+# the checkpoint directory (node-local /tmp, shared /scratch: the usual cluster) that move is a copy into
+# the target itself, so a kill mid-copy leaves a truncated `last.ckpt`, and the killed write's temporary
+# stays in /tmp where no run looks for it. Remote paths (`s3://`, `gs://`, ...) keep Lightning's save.
 class AtomicCheckpointIO(TorchCheckpointIO):
-    def save_checkpoint(self, checkpoint: dict[str, Any], path: str | os.PathLike, storage_options: Any | None = None) -> None:
-        if not _is_local_file_protocol(str(path)):
+    def save_checkpoint(
+        self, checkpoint: dict[str, Any], path: str | os.PathLike, storage_options: Any | None = None
+    ) -> None:
+        if not is_local_path(str(path)):
             super().save_checkpoint(checkpoint, path, storage_options)
             return
         if storage_options is not None:
             raise TypeError(f"AtomicCheckpointIO takes no storage_options for a local path, got {storage_options!r}")
         target = Path(path)
         target.parent.mkdir(parents=True, exist_ok=True)
+        # beside the target (same file system), fsynced, then renamed over it in one step; a killed write
+        # leaves only this `.<name>.*.tmp`, which `remove_stale_temporaries` deletes when the next run starts
         fd, tmp = tempfile.mkstemp(prefix=temporary_prefix(target), suffix=TEMP_SUFFIX, dir=target.parent)
         try:
             os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; a checkpoint gets the usual permissions

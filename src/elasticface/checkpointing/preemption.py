@@ -1,14 +1,7 @@
 """Preemption: the scheduler's warning signal becomes a checkpoint at a step boundary and a requeue.
 
-SLURM sends a signal some time before the limit (`sbatch --signal=USR1@120`; submitit sends USR2).
-Lightning's SLURMEnvironment (auto_requeue) and submitit each install a handler that saves or
-requeues at whatever bytecode the signal interrupts, which can be half-way through an optimizer
-step. This callback wraps whatever handler is installed: the signal only sets a flag; at the end of the
-current step `last.ckpt` is written (through RunCheckpoint, so it is the exact resumable state), then
-the wrapped handler runs (Lightning's: hpc checkpoint + `scontrol requeue`; submitit's: requeue), or,
-under SLURM with no handler, `scontrol requeue $SLURM_JOB_ID` here. The run then stops and
-writes no summary.json: the requeued job resumes with `resume=auto` (launcher=slurm sets it) or by
-Lightning's own hpc-checkpoint pick-up.
+The run then stops without summary.json; the requeued job continues with `resume=auto` (launcher=slurm
+sets it) or by Lightning's own hpc-checkpoint pick-up.
 """
 
 from __future__ import annotations
@@ -22,7 +15,7 @@ from typing import Any
 
 import pytorch_lightning as pl
 
-from elasticface.callbacks.run_checkpoint import RunCheckpoint
+from elasticface.checkpointing.run_checkpoint import RunCheckpoint
 
 log = logging.getLogger(__name__)
 
@@ -34,6 +27,13 @@ def slurm_job_id() -> str | None:
     return os.environ.get("SLURM_JOB_ID")
 
 
+# SLURM sends a signal some time before the limit (`sbatch --signal=USR1@120`; submitit sends USR2).
+# Lightning's SLURMEnvironment (auto_requeue) and submitit each install a handler that saves or requeues at
+# whatever bytecode the signal interrupts, which can be half-way through an optimizer step. This callback
+# wraps whatever handler is installed: the signal only sets a flag; at the end of the current step
+# `last.ckpt` is written (through RunCheckpoint, so it is the exact resumable state), then the wrapped
+# handler runs (Lightning's: hpc checkpoint + `scontrol requeue`; submitit's: requeue), or, under SLURM
+# with no handler, `scontrol requeue $SLURM_JOB_ID` here.
 class Preemption(pl.Callback):
     def __init__(self, signal: str | int | None = "SIGUSR1") -> None:
         if signal is None or signal == "":

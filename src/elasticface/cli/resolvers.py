@@ -1,0 +1,43 @@
+"""The config resolvers the commands register before Hydra composes (`${cwd:}`, `${run_name:}`, ...).
+
+They live with the commands because the config tree is the commands' input: the library below never
+composes a config, so it never needs them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+
+from omegaconf import OmegaConf
+
+from elasticface.loggers.run_names import current_sweep_group, group_choice, run_name, run_tags
+from elasticface.utils.wandb_mode import wandb_mode
+
+
+def short_dirname(name: str, max_length: int = 120) -> str:
+    """A sweep job's directory name: its overrides, cut and suffixed with a hash when they get too long.
+
+    File systems refuse names over 255 bytes, and a sweep with many fixed overrides gets there.
+    """
+    name = name.replace("/", "_")
+    if len(name) <= max_length:
+        return name
+    return f"{name[: max_length - 9]}-{hashlib.sha1(name.encode()).hexdigest()[:8]}"
+
+
+def register_resolvers() -> None:
+    """Register every resolver configs/ uses; a second call changes nothing."""
+    resolvers = {
+        "wandb_mode": wandb_mode,
+        "short_dirname": short_dirname,
+        "cwd": os.getcwd,
+        # what a run is called on the dashboards (loggers/run_names.py)
+        "run_name": lambda *, _root_: run_name(_root_),
+        "sweep_group": lambda: current_sweep_group(),
+        "run_job_type": lambda *, _root_: group_choice(_root_, "head"),
+        "run_tags": lambda *, _root_: run_tags(_root_),
+    }
+    for name, fn in resolvers.items():
+        if not OmegaConf.has_resolver(name):
+            OmegaConf.register_new_resolver(name, fn)

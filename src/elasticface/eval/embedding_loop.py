@@ -1,0 +1,81 @@
+"""The one loop that embeds a dataset: training normalisation, the protocol's flip fusion, eval mode.
+
+Every evaluation goes through it: the verification sets, IJB-B/C, a folder of faces, and the raw-pixel
+baseline of a training run (the same evaluation with `flatten` as the model).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import numpy as np
+import torch
+from torch import Tensor, nn
+from torch.utils.data import DataLoader, Dataset
+
+from elasticface.data import transforms
+from elasticface.metrics.verification import VerificationAccuracy, flip_fused_embeddings
+
+Embedder = Callable[[Tensor], Tensor]
+
+
+def resolve_device(device: str | torch.device | None = "auto") -> torch.device:
+    if device is None or str(device) == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(device)
+
+
+@torch.no_grad()
+def embed_dataset(
+    model: Embedder,
+    dataset: Dataset,
+    batch_size: int = 128,
+    flip: bool = True,
+    device: str | torch.device = "auto",
+    num_workers: int = 0,
+) -> tuple[Tensor, Tensor]:
+    """Embed a dataset whose items are `(uint8 [3, H, W], index)`: returns (float32 [N, D] on CPU, indices).
+
+    An nn.Module model is moved to `device` and put in eval mode (restored to train mode afterwards)."""
+    device = resolve_device(device)
+    was_training = isinstance(model, nn.Module) and model.training
+    if isinstance(model, nn.Module):
+        model.to(device).eval()
+    loader = DataLoader(dataset, batch_size=batch_size, shuffle=False, num_workers=num_workers,
+                        pin_memory=device.type == "cuda")
+    embeddings, indices = [], []
+    try:
+        for images, idx in loader:
+            x = transforms.normalize(images.to(device, non_blocking=True))
+            embeddings.append(flip_fused_embeddings(model, x, flip).cpu())
+            indices.append(torch.as_tensor(idx).long())
+    finally:
+        if was_training:
+            model.train()
+    if not embeddings:
+        raise ValueError(f"dataset {getattr(dataset, 'name', type(dataset).__name__)} is empty")
+    return torch.cat(embeddings), torch.cat(indices)
+
+
+def evaluate_pair_set(
+    model: Embedder,
+    pairs: Any,
+    batch_size: int = 128,
+    flip: bool = True,
+    device: str | torch.device = "auto",
+    num_workers: int = 0,
+    num_folds: int = 10,
+    far_target: float = 1e-3,
+) -> tuple[dict[str, float], dict[str, np.ndarray]]:
+    """The verification protocol on a `PairSet`: (scalar results, curves for plots)."""
+    emb, idx = embed_dataset(model, pairs, batch_size, flip, device, num_workers)
+    metric = VerificationAccuracy(pairs.issame, num_folds=num_folds, far_target=far_target)
+    metric.update(emb, idx)
+    result = {k: float(v) for k, v in metric.compute().items()}
+    return result, metric.roc_data()
+
+
+def pixel_baseline(pairs: Any, batch_size: int = 512) -> float:
+    """Verification accuracy of raw pixels as embeddings (cosine similarity), same 10-fold protocol, no flip."""
+    result, _ = evaluate_pair_set(nn.Flatten(), pairs, batch_size=batch_size, flip=False, device="cpu")
+    return result["acc"]

@@ -1,0 +1,77 @@
+"""What a finished run reports: summary.json (accuracy, baseline, speed, checkpoints) and its console table."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import pytorch_lightning as pl
+from omegaconf import DictConfig
+
+from elasticface.callbacks.divergence import nonfinite_weights
+from elasticface.callbacks.throughput import Throughput
+from elasticface.checkpointing.run_checkpoint import RunCheckpoint
+from elasticface.loggers.run_names import group_choice
+from elasticface.module import FaceRecognitionModule
+
+log = logging.getLogger(__name__)
+
+
+def make_summary(cfg: DictConfig, trainer: pl.Trainer, model: FaceRecognitionModule, baselines: dict[str, float],
+                 train_seconds: float, throughput: Throughput, params: dict[str, Any]) -> dict[str, Any]:
+    metrics = {k: float(v) for k, v in trainer.callback_metrics.items() if k.startswith("val/")}
+    best = float(model.best_acc_mean)
+    finite = not nonfinite_weights(model)
+    if not finite:  # never an accuracy for NaN weights
+        log.error("the final weights are not finite: no accuracy is reported")
+        metrics, best = {}, float("nan")
+    run_ckpt = next((c for c in trainer.checkpoint_callbacks if isinstance(c, RunCheckpoint)), None)
+    best_ckpt = next((c for c in trainer.checkpoint_callbacks
+                      if not isinstance(c, RunCheckpoint) and c.monitor == "val/acc_mean"), None)
+    best_score = getattr(best_ckpt, "best_model_score", None)
+    summary: dict[str, Any] = {
+        "val/acc_mean": {"best": best, "final": metrics.get("val/acc_mean")},
+        "val/sets": {name: metrics.get(f"val/{name}/acc") for name in model.val_metrics},
+        "baseline/pixel_acc": (sum(baselines.values()) / len(baselines)) if baselines else None,
+        "baseline/pixel_acc_per_set": baselines,
+        "train_seconds": train_seconds,
+        "images_per_second": throughput.images_per_second,
+        "global_step": trainer.global_step,
+        "m": cfg.get("m"), "s": cfg.get("s"), "sigma": cfg.get("sigma"), "seed": cfg.get("seed"),
+        "head": group_choice(cfg, "head"),
+        "backbone": group_choice(cfg, "backbone"),
+        "data": group_choice(cfg, "data"),
+        "choices": {k[len("choice/"):]: v for k, v in params.items() if k.startswith("choice/")},
+        "weights_finite": finite,
+        # last_checkpoint holds step `global_step`; best_checkpoint the weights that scored best_checkpoint_acc
+        "last_checkpoint": getattr(run_ckpt, "last_model_path", None) or None,
+        "best_checkpoint": getattr(best_ckpt, "best_model_path", None) or None,
+        "best_checkpoint_acc": float(best_score) if best_score is not None else None,
+        "output_dir": str(cfg.paths.output_dir),
+    }
+    return summary
+
+
+def format_summary(summary: dict[str, Any]) -> str:
+    def pct(x: float | None) -> str:
+        return "n/a" if x is None or x != x else f"{100 * x:.2f}%"
+
+    acc = summary["val/acc_mean"]
+    lines = [
+        "",
+        "=" * 64,
+        f" head={summary['head']}  backbone={summary['backbone']}  data={summary['data']}",
+        f" m={summary['m']}  s={summary['s']}  sigma={summary['sigma']}  seed={summary['seed']}",
+        f" trained {summary['global_step']} steps in {summary['train_seconds']:.1f} s "
+        f"({summary['images_per_second']:.1f} images/s)",
+        " verification accuracy on identities never seen in training (10-fold, flip fusion):",
+    ]
+    for name, value in summary["val/sets"].items():
+        base = summary["baseline/pixel_acc_per_set"].get(name)
+        lines.append(f"   {name:<16} model {pct(value):>8}   raw-pixel baseline {pct(base):>8}")
+    lines.append(f"   {'mean':<16} model {pct(acc['final']):>8}   (best {pct(acc['best'])})   "
+                 f"baseline {pct(summary['baseline/pixel_acc'])}")
+    if acc["final"] is not None and summary["baseline/pixel_acc"] is not None:
+        lines.append(f"   gain over raw pixels: {100 * (acc['final'] - summary['baseline/pixel_acc']):+.2f} points")
+    lines += [f" outputs: {summary['output_dir']}  (summary.json, checkpoints/)", "=" * 64]
+    return "\n".join(lines)

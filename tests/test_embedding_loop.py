@@ -1,0 +1,48 @@
+"""The one embedding loop: the raw-pixel baseline is the verification protocol with `flatten` as the model."""
+
+from __future__ import annotations
+
+import torch
+from torch.utils.data import Dataset
+
+from elasticface.eval.embedding_loop import embed_dataset, pixel_baseline
+from elasticface.metrics.verification import VerificationAccuracy
+
+
+class Pairs(Dataset):
+    """40 images, 20 pairs, each item (uint8 [3, 8, 8], index): the PairSet interface."""
+
+    def __init__(self) -> None:
+        gen = torch.Generator().manual_seed(0)
+        base = torch.randint(0, 256, (10, 3, 8, 8), generator=gen)
+        noise = torch.randint(-40, 41, (40, 3, 8, 8), generator=gen)
+        self.issame = [i % 2 == 0 for i in range(20)]
+        # same pairs share a base face; different pairs do not
+        ids = [b for i in range(20) for b in ((i // 2, i // 2) if self.issame[i] else (i % 10, (i + 3) % 10))]
+        self.images = (base[ids] + noise).clamp(0, 255).to(torch.uint8)
+
+    def __len__(self) -> int:
+        return len(self.images)
+
+    def __getitem__(self, i: int):
+        return self.images[i], i
+
+
+def test_pixel_baseline_is_the_protocol_on_normalised_pixels():
+    pairs = Pairs()
+    # the rule written out: pixels scaled to [-1, 1], flattened, one pass, no flip
+    metric = VerificationAccuracy(pairs.issame)
+    metric.update(((pairs.images.float() / 255 - 0.5) / 0.5).flatten(1), torch.arange(len(pairs)))
+    expected = float(metric.compute()["acc"])
+    assert pixel_baseline(pairs, batch_size=7) == expected
+    assert expected > 0.5  # the same pairs are closer: the set is not degenerate
+
+
+def test_embed_dataset_keeps_order_and_restores_train_mode():
+    pairs = Pairs()
+    model = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Dropout(0.5))
+    emb, idx = embed_dataset(model, pairs, batch_size=16, flip=True, device="cpu")
+    x = (pairs.images.float() / 255 - 0.5) / 0.5
+    assert torch.equal(idx, torch.arange(40))
+    torch.testing.assert_close(emb, x.flatten(1) + x.flip(-1).flatten(1))  # eval mode: no dropout
+    assert model.training
