@@ -85,7 +85,9 @@ class FaceRecognitionModule(pl.LightningModule):
         out = margin_softmax_loss(self.centers, self.head, embeddings, labels)
         if out.aux is not None:
             self.log("train/aux_loss", out.aux.detach(), on_step=True)
-        self.log("train/loss", out.loss.detach(), prog_bar=True, on_step=True)
+        # not prog_bar: Lightning converts progress-bar values to numbers every step (a host sync); the bar
+        # reads train/loss on logging steps itself (callbacks/progress.py)
+        self.log("train/loss", out.loss.detach(), on_step=True)
         self.log_batch_stats(out.cos, out.labels, batch, out.shard)
         return out.loss
 
