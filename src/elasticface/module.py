@@ -23,6 +23,7 @@ from elasticface.distributed import ClassShard, rank_and_world, scale_grad
 from elasticface.loss import margin_softmax_loss
 from elasticface.metrics.verification import VerificationAccuracy, flip_fused_embeddings
 from elasticface.sharded_centers import ShardedFC
+from elasticface.utils.speed import compile_available
 
 
 def _plain(cfg: Any) -> Any:
@@ -47,6 +48,8 @@ class FaceRecognitionModule(pl.LightningModule):
         embedding_size: int = 512,
         clip_grad_norm: float | None = 5.0,
         val_flip: bool = True,
+        compile: bool = False,
+        channels_last: bool = False,
     ) -> None:
         super().__init__()
         backbone, head, centers, optimizer, scheduler = map(_plain, (backbone, head, centers, optimizer, scheduler))
@@ -58,6 +61,11 @@ class FaceRecognitionModule(pl.LightningModule):
             centers_per_class=getattr(self.head, "centers_per_class", 1),
             normalize=getattr(self.head, "normalized", True),
         )
+        self.channels_last = channels_last
+        if channels_last:
+            self.backbone.to(memory_format=torch.channels_last)
+        if compile and compile_available(self.backbone):
+            self.backbone.compile()  # in place: the state_dict keeps its names (no `_orig_mod.`)
         self.val_metrics = nn.ModuleDict()
         self.register_buffer("best_acc_mean", torch.tensor(float("nan"), dtype=torch.float64))
         self.validated_at_step: int | None = None
@@ -67,6 +75,8 @@ class FaceRecognitionModule(pl.LightningModule):
     # -- model ---------------------------------------------------------------------------------------
     def embed(self, images: Tensor) -> Tensor:
         """Raw (unnormalised) face embeddings of images already scaled to [-1, 1]."""
+        if self.channels_last and images.dim() == 4:
+            images = images.contiguous(memory_format=torch.channels_last)
         return self.backbone(images)
 
     def forward(self, images: Tensor) -> Tensor:

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytorch_lightning as pl
 import torch
+from pytorch_lightning.accelerators import CPUAccelerator
 from pytorch_lightning.callbacks import LearningRateMonitor, ProgressBar
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
@@ -29,6 +30,7 @@ from elasticface.utils.checkpoint_io import AtomicCheckpointIO
 from elasticface.utils import resume
 from elasticface.utils.config import flatten, group_choices, validate_top_level
 from elasticface.utils.console import print_config_tree, quiet_lightning_tips
+from elasticface.utils.speed import check_cpu_precision, check_world_size
 
 log = logging.getLogger(__name__)
 
@@ -76,7 +78,9 @@ def build_trainer(cfg: DictConfig) -> tuple[pl.Trainer, Throughput]:
     loggers = [instantiate(c) for c in (cfg.get("logger") or {}).values() if c is not None]
     callbacks = build_callbacks(cfg, has_logger=bool(loggers) or bool(cfg.trainer.get("fast_dev_run")))
     throughput = next(c for c in callbacks if isinstance(c, Throughput))
+    check_world_size(cfg.trainer.get("num_nodes", 1), cfg.trainer.get("devices"))
     trainer = instantiate(cfg.trainer, callbacks=callbacks, logger=loggers or False, plugins=[AtomicCheckpointIO()])
+    check_cpu_precision(trainer.precision, isinstance(trainer.accelerator, CPUAccelerator))
     return trainer, throughput
 
 
