@@ -71,6 +71,7 @@ class FaceRecognitionModule(pl.LightningModule):
         self.validated_at_step: int | None = None
         self._theta_y: Tensor | None = None
         self._theta_valid: Tensor | None = None
+        self._skipped_records: Tensor | None = None
 
     # -- model ---------------------------------------------------------------------------------------
     def embed(self, images: Tensor) -> Tensor:
@@ -93,13 +94,25 @@ class FaceRecognitionModule(pl.LightningModule):
             # rank the full dL/d(its embeddings): scale by world so the average is the exact gradient.
             embeddings = scale_grad(embeddings, self.centers.world)
         out = margin_softmax_loss(self.centers, self.head, embeddings, labels)
-        if out.aux is not None:
-            self.log("train/aux_loss", out.aux.detach(), on_step=True)
-        # not prog_bar: Lightning converts progress-bar values to numbers every step (a host sync); the bar
-        # reads train/loss on logging steps itself (callbacks/progress.py)
-        self.log("train/loss", out.loss.detach(), on_step=True)
+        # Per-step values only on the steps the loggers write: each `self.log` costs Lightning about a
+        # millisecond of Python, and a progress-bar value a host sync (the bar reads train/loss itself).
+        if self.logging_step:
+            if out.aux is not None:
+                self.log("train/aux_loss", out.aux.detach(), on_step=True)
+            self.log("train/loss", out.loss.detach(), on_step=True)
         self.log_batch_stats(out.cos, out.labels, batch, out.shard)
         return out.loss
+
+    @property
+    def logging_step(self) -> bool:
+        """Whether this training step's logged values reach the loggers (`trainer.log_every_n_steps`)."""
+        return self._trainer is None or self.trainer._logger_connector.should_update_logs
+
+    def on_train_epoch_end(self) -> None:
+        if self._skipped_records is not None:
+            self.log("data/skipped_records", self._skipped_records, on_step=False, on_epoch=True, reduce_fx="sum",
+                     sync_dist=True)
+            self._skipped_records = None
 
     @property
     def sharded_centers(self) -> bool:
@@ -121,10 +134,10 @@ class FaceRecognitionModule(pl.LightningModule):
             if shard is not None:  # the target column of a row may live on another rank
                 cos_y, valid = shard.target_cos(cos_y, valid), shard.valid
             self._theta_y, self._theta_valid = torch.acos(cos_y.clamp(-1.0, 1.0)), valid
-        if len(batch) > 2:
-            self.log("data/skipped_records", batch[2].float().sum(), on_step=False, on_epoch=True, reduce_fx="sum",
-                     sync_dist=True)
-        if not self.trainer._logger_connector.should_update_logs:
+        if len(batch) > 2 and isinstance(batch[2], Tensor):  # summed on the device, logged at the epoch's end
+            skipped = batch[2].float().sum()
+            self._skipped_records = skipped if self._skipped_records is None else self._skipped_records + skipped
+        if not self.logging_step:
             return
         theta_y = self.last_theta_y
         if theta_y is not None and theta_y.numel():

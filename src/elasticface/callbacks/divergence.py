@@ -72,7 +72,10 @@ class DivergenceGuard(pl.Callback):
         self._first_step: Tensor | None = None
         self._first_checks: Tensor | None = None
         self._names: list[str] = []
-        self._reported = 0
+        self._params: list[tuple[str, torch.nn.Parameter]] | None = None
+
+    def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._params = None  # the module's parameters, listed at the first step
 
     def on_before_backward(self, trainer: pl.Trainer, pl_module: pl.LightningModule, loss: Tensor) -> None:
         self._loss = loss.detach()
@@ -81,18 +84,21 @@ class DivergenceGuard(pl.Callback):
                                  optimizer: torch.optim.Optimizer) -> None:
         # fp16 AMP: an overflowing gradient is routine, and the GradScaler skips that step itself
         scaler = getattr(trainer.precision_plugin, "scaler", None)
-        grads = {} if scaler is not None else {
-            name: p.grad for name, p in pl_module.named_parameters() if p.grad is not None}
-        norms = torch._foreach_norm(list(grads.values())) if grads else []
+        if self._params is None:
+            self._params = list(pl_module.named_parameters())
+        grads = [] if scaler is not None else [(name, p.grad) for name, p in self._params if p.grad is not None]
         loss = self._loss if self._loss is not None else torch.zeros(())
-        checks = torch.stack([loss.float().reshape(()).to(loss.device)] +
-                             [n.float().to(loss.device) for n in norms])
+        checks = loss.detach().float().reshape(1)
+        if grads:  # one multi-tensor kernel for every gradient's norm
+            checks = torch.cat([checks, torch.stack(torch._foreach_norm([g for _, g in grads])).float().to(loss.device)])
+        names = [name for name, _ in grads]
+        optimizer = getattr(optimizer, "_optimizer", optimizer)  # a LightningOptimizer wraps the torch one
         if scaler is None and skips_on_device(optimizer):
-            self._flag_on_device(trainer, optimizer, checks, list(grads))
+            self._flag_on_device(trainer, optimizer, checks, names)
             return
         if bool(torch.isfinite(checks).all()):  # one host sync per step
             return
-        self._diverged(trainer, pl_module, trainer.global_step, checks, list(grads), optimizer)
+        self._diverged(trainer, pl_module, trainer.global_step, checks, names, optimizer)
 
     def _flag_on_device(self, trainer: pl.Trainer, optimizer: torch.optim.Optimizer, checks: Tensor,
                         names: list[str]) -> None:
