@@ -62,3 +62,24 @@ def test_the_counter_sees_each_kind_of_read():
         x.masked_fill(x > 2, 0.0); torch._foreach_norm([x, y])
         assert counter.take() == []
     assert n_reads == 12
+
+
+def test_a_nonfinite_step_between_logging_steps_is_skipped_on_the_device_and_reported(tiny_cfg, tmp_path, monkeypatch):
+    """The divergence guard reads its flag only on logging steps: the bad step moved nothing, the report names it,
+    and no checkpoint was written after it."""
+    from elasticface.callbacks.divergence import TrainingDiverged
+    from elasticface.module import FaceRecognitionModule
+
+    step = FaceRecognitionModule.training_step
+
+    def nan_loss_at_step_4(self, batch, batch_idx):
+        loss = step(self, batch, batch_idx)
+        return loss * float("nan") if self.global_step == 4 else loss
+
+    monkeypatch.setattr(FaceRecognitionModule, "training_step", nan_loss_at_step_4)
+    # steps 0..5 over 2 epochs; logging steps are 2 and 5 (log_every_n_steps=3); a checkpoint at steps 2 and 4
+    with pytest.raises(TrainingDiverged, match=r"diverged at step 4 .*loss = nan"):
+        training.run(tiny_cfg("trainer.log_every_n_steps=3", "checkpoint.every_n_steps=2"))
+    last = torch.load(tmp_path / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=False)
+    assert last["global_step"] == 4, "the checkpoint after the bad step was refused"
+    assert all(torch.isfinite(v).all() for v in last["state_dict"].values() if torch.is_tensor(v) and v.is_floating_point())

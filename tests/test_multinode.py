@@ -19,7 +19,7 @@ import torch
 
 from conftest import ROOT, compose_train
 
-HELPERS = ROOT / "tests"
+HELPERS = ROOT / "tests" / "helpers"
 
 
 def free_port() -> int:
