@@ -24,6 +24,7 @@ from elasticface.loss import margin_softmax_loss
 from elasticface.metrics.verification import VerificationAccuracy, flip_fused_embeddings
 from elasticface.sharded_centers import ShardedFC
 from elasticface.utils.lightning_private import attached_trainer, should_update_logs
+from elasticface.utils.speed import compile_available
 
 
 def _plain(cfg: Any) -> Any:
@@ -50,6 +51,8 @@ class FaceRecognitionModule(pl.LightningModule):
         val_flip: bool = True,
         backbone_lr_scale: float = 1.0,
         freeze_backbone_bn: bool = False,
+        compile: bool = False,
+        channels_last: bool = False,
     ) -> None:
         super().__init__()
         if isinstance(backbone_lr_scale, bool) or not isinstance(backbone_lr_scale, (int, float)) or not backbone_lr_scale >= 0:
@@ -63,15 +66,23 @@ class FaceRecognitionModule(pl.LightningModule):
             centers_per_class=getattr(self.head, "centers_per_class", 1),
             normalize=getattr(self.head, "normalized", True),
         )
+        self.channels_last = channels_last
+        if channels_last:
+            self.backbone.to(memory_format=torch.channels_last)
+        if compile and compile_available(self.backbone):
+            self.backbone.compile()  # in place: the state_dict keeps its names (no `_orig_mod.`)
         self.val_metrics = nn.ModuleDict()
         self.register_buffer("best_acc_mean", torch.tensor(float("nan"), dtype=torch.float64))
         self.validated_at_step: int | None = None
         self._theta_y: Tensor | None = None
         self._theta_valid: Tensor | None = None
+        self._skipped_records: Tensor | None = None
 
     # -- model ---------------------------------------------------------------------------------------
     def embed(self, images: Tensor) -> Tensor:
         """Raw (unnormalised) face embeddings of images already scaled to [-1, 1]."""
+        if self.channels_last and images.dim() == 4:
+            images = images.contiguous(memory_format=torch.channels_last)
         return self.backbone(images)
 
     def forward(self, images: Tensor) -> Tensor:
@@ -88,11 +99,26 @@ class FaceRecognitionModule(pl.LightningModule):
             # rank the full dL/d(its embeddings): scale by world so the average is the exact gradient.
             embeddings = scale_grad(embeddings, self.centers.world)
         out = margin_softmax_loss(self.centers, self.head, embeddings, labels)
-        if out.aux is not None:
-            self.log("train/aux_loss", out.aux.detach(), on_step=True)
-        self.log("train/loss", out.loss.detach(), prog_bar=True, on_step=True)
+        # Per-step values only on the steps the loggers write: each `self.log` costs Lightning about a
+        # millisecond of Python, and a progress-bar value a host sync (the bar reads train/loss itself).
+        if self.logging_step:
+            if out.aux is not None:
+                self.log("train/aux_loss", out.aux.detach(), on_step=True)
+            self.log("train/loss", out.loss.detach(), on_step=True)
         self.log_batch_stats(out.cos, out.labels, batch, out.shard)
         return out.loss
+
+    @property
+    def logging_step(self) -> bool:
+        """Whether this training step's logged values reach the loggers (`trainer.log_every_n_steps`)."""
+        trainer = attached_trainer(self)
+        return trainer is None or should_update_logs(trainer)
+
+    def on_train_epoch_end(self) -> None:
+        if self._skipped_records is not None:
+            self.log("data/skipped_records", self._skipped_records, on_step=False, on_epoch=True, reduce_fx="sum",
+                     sync_dist=True)
+            self._skipped_records = None
 
     @property
     def sharded_centers(self) -> bool:
@@ -114,10 +140,10 @@ class FaceRecognitionModule(pl.LightningModule):
             if shard is not None:  # the target column of a row may live on another rank
                 cos_y, valid = shard.target_cos(cos_y, valid), shard.valid
             self._theta_y, self._theta_valid = torch.acos(cos_y.clamp(-1.0, 1.0)), valid
-        if len(batch) > 2:
-            self.log("data/skipped_records", batch[2].float().sum(), on_step=False, on_epoch=True, reduce_fx="sum",
-                     sync_dist=True)
-        if not should_update_logs(self.trainer):
+        if len(batch) > 2 and isinstance(batch[2], Tensor):  # summed on the device, logged at the epoch's end
+            skipped = batch[2].float().sum()
+            self._skipped_records = skipped if self._skipped_records is None else self._skipped_records + skipped
+        if not self.logging_step:
             return
         theta_y = self.last_theta_y
         if theta_y is not None and theta_y.numel():

@@ -2,6 +2,9 @@
 
 A progress bar written to a file (SLURM logs, `make train > log`, CI) is a stream of carriage returns
 and escape codes; a line per N steps is what a cluster log should hold.
+
+Both read metric values only on the steps the loggers write (`trainer.log_every_n_steps`): reading a
+value on a GPU waits for every queued kernel, which a step that does not log must never do.
 """
 
 from __future__ import annotations
@@ -12,6 +15,8 @@ from typing import Any
 
 import pytorch_lightning as pl
 from pytorch_lightning.callbacks import ProgressBar, TQDMProgressBar
+
+from elasticface.utils.lightning_private import should_update_logs
 
 log = logging.getLogger(__name__)
 
@@ -58,8 +63,26 @@ class LogProgress(ProgressBar):
         return "  ".join(f"{k[len(prefix):]} {float(v):.4g}" for k, v in sorted(metrics.items()))
 
 
+class LoggingStepBar(TQDMProgressBar):
+    """TQDM's bar; its numbers (the loss among them) change on logging steps only."""
+
+    def __init__(self, refresh_rate: int = 10) -> None:
+        super().__init__(refresh_rate=refresh_rate)
+        self._shown: dict[str, Any] | None = None
+
+    def get_metrics(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> dict[str, Any]:
+        if trainer.training and not should_update_logs(trainer):
+            return self._shown if self._shown is not None else super().get_metrics(trainer, pl_module)
+        metrics = super().get_metrics(trainer, pl_module)
+        loss = trainer.callback_metrics.get("train/loss") if trainer.training else None
+        if loss is not None:
+            metrics["loss"] = f"{float(loss):.4g}"
+        self._shown = metrics
+        return metrics
+
+
 def progress_bar(refresh_rate: int = 10, log_every_n_steps: int = 10) -> ProgressBar:
     """TQDM's bar when stdout is a terminal, else a `LogProgress` line every `log_every_n_steps` steps."""
     if sys.stdout.isatty():
-        return TQDMProgressBar(refresh_rate=refresh_rate)
+        return LoggingStepBar(refresh_rate=refresh_rate)
     return LogProgress(every_n_steps=log_every_n_steps)

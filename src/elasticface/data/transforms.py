@@ -29,7 +29,7 @@ def resize(images: Tensor, size: int) -> Tensor:
 
 def random_hflip(images: Tensor, p: float = 0.5, generator: torch.Generator | None = None) -> Tensor:
     """Flip each image of the batch horizontally with probability p (one draw per image)."""
-    flip = torch.rand(images.shape[0], generator=generator).lt(p).to(images.device)
+    flip = torch.rand(images.shape[0], generator=generator).lt(p).to(images.device, non_blocking=True)  # no wait for the device
     return torch.where(flip[:, None, None, None], images.flip(-1), images)
 
 

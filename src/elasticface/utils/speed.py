@@ -1,0 +1,90 @@
+"""The speed settings' preconditions: each is checked where it is set, never a silent slowdown.
+
+- `model.compile=true` needs inductor's toolchain: a C++ compiler on CPU, Triton on a GPU. Without it
+  torch.compile fails at the first step, minutes into a run; here it falls back to eager, saying so.
+- `trainer.precision=bf16-mixed` on a CPU without bf16 instructions runs emulated bf16, slower than fp32:
+  refused, naming the setting.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+
+import torch
+from torch import nn
+
+log = logging.getLogger(__name__)
+
+
+def missing_compile_toolchain(device_type: str) -> str | None:
+    """What torch.compile's inductor backend lacks on `device_type` ('cpu' or 'cuda'), or None."""
+    if device_type == "cuda":
+        try:
+            from torch.utils._triton import has_triton
+        except ImportError:  # pragma: no cover - every supported torch has it
+            return "Triton (torch.utils._triton) cannot be imported"
+        return None if has_triton() else "Triton is not installed (pip install triton)"
+    compilers = [os.environ.get("CXX"), "g++", "c++", "clang++"]
+    if any(c and shutil.which(c) for c in compilers):
+        return None
+    return "no C++ compiler found (looked for $CXX, g++, c++, clang++; install g++, e.g. apt-get install g++)"
+
+
+def compile_available(module: nn.Module) -> bool:
+    """Whether `model.compile=true` can compile `module` here; if not, warn and train eagerly."""
+    device = next((p.device.type for p in module.parameters()), "cpu")
+    device = "cuda" if torch.cuda.is_available() and device == "cpu" else device  # moved to the GPU later
+    missing = missing_compile_toolchain(device)
+    if missing is None:
+        return True
+    log.warning("model.compile=true: torch.compile's inductor backend needs a toolchain on %s: %s. "
+                "Training WITHOUT compile (eager, slower); set model.compile=false to silence this.", device, missing)
+    return False
+
+
+def cpu_has_native_bf16() -> bool:
+    """AVX-512 BF16 or AMX: bf16 matrix instructions, where bf16 autocast is faster than fp32 (Linux flags)."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            flags = next((line for line in f if line.startswith("flags")), "")
+    except OSError:
+        return False
+    return any(flag in flags.split() for flag in ("avx512_bf16", "amx_bf16"))
+
+
+def fastest_precision(accelerator: str = "auto") -> str:
+    """`trainer.precision` of the default config: bf16-mixed where the device computes bf16 natively (a GPU
+    with bf16, a CPU with AVX-512 BF16 / AMX), else 32-true. The heads and centres stay fp32 either way."""
+    accelerator = str(accelerator)
+    if accelerator in ("gpu", "cuda") or (accelerator == "auto" and torch.cuda.is_available()):
+        return "bf16-mixed" if torch.cuda.is_available() and torch.cuda.is_bf16_supported() else "32-true"
+    return "bf16-mixed" if cpu_has_native_bf16() else "32-true"
+
+
+def cpu_has_bf16() -> bool:
+    """Whether this CPU computes bf16 natively (AVX-512 BF16 / AMX, or AVX-512 core), as oneDNN sees it."""
+    try:
+        return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+    except (AttributeError, RuntimeError):
+        return False
+
+
+def check_cpu_precision(precision: str, accelerator_is_cpu: bool) -> None:
+    """Refuse bf16 on a CPU that would emulate it (a silent slowdown otherwise)."""
+    if accelerator_is_cpu and "bf16" in str(precision) and not cpu_has_bf16():
+        raise ValueError(f"trainer.precision={precision}: this CPU has no bf16 instructions (oneDNN reports none), "
+                         f"so bf16 would be emulated and slower than fp32; use trainer.precision=32-true on it")
+
+
+def check_world_size(num_nodes: int, devices: object) -> None:
+    """A launcher (torchrun, SLURM) started WORLD_SIZE processes: trainer.num_nodes x trainer.devices must match."""
+    world = os.environ.get("WORLD_SIZE")
+    if world is None or not isinstance(devices, int) or devices < 1:
+        return
+    if int(num_nodes) * devices != int(world):
+        raise ValueError(
+            f"trainer.num_nodes={num_nodes} x trainer.devices={devices} = {int(num_nodes) * devices} processes, but the "
+            f"launcher started WORLD_SIZE={world} (torchrun --nnodes x --nproc-per-node, or SLURM's tasks): set "
+            f"trainer.num_nodes to the number of nodes and trainer.devices to the processes per node")

@@ -1,0 +1,131 @@
+"""The speed settings run on this CPU exactly as on a GPU: bf16 autocast, torch.compile, channels_last, fused SGD.
+
+Each is exercised through the same code the GPU path runs (the module, the Trainer, the divergence guard);
+bad input (no compiler, no bf16 on the CPU) gets a message naming the setting.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+import pytorch_lightning as pl
+import torch
+
+import elasticface.training as training
+from elasticface.callbacks.divergence import zero_momentum
+from elasticface.training import build_module
+from elasticface.utils import speed
+
+needs_bf16 = pytest.mark.skipif(not speed.cpu_has_bf16(), reason="this CPU has no bf16 instructions")
+
+
+class DtypeProbe(pl.Callback):
+    """Records the dtypes the backbone, the centres and the head produce in training steps."""
+
+    def __init__(self) -> None:
+        self.seen: dict[str, set] = {"backbone": set(), "cos": set(), "logits": set(), "loss": set(), "weights": set()}
+
+    def on_fit_start(self, trainer, pl_module) -> None:
+        pl_module.backbone.register_forward_hook(lambda m, i, o: self.seen["backbone"].add(o.dtype) if m.training else None)
+        pl_module.centers.register_forward_hook(lambda m, i, o: self.seen["cos"].add(o[0].dtype) if m.training else None)
+        pl_module.head.register_forward_hook(lambda m, i, o: self.seen["logits"].add(o.dtype) if m.training else None)
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        self.seen["loss"].add((outputs["loss"].dtype, bool(torch.isfinite(outputs["loss"]))))
+        self.seen["weights"] |= {p.dtype for p in pl_module.centers.parameters()}
+
+
+@needs_bf16
+def test_bf16_autocast_step_keeps_heads_and_centres_fp32(tiny_cfg, monkeypatch):
+    probe = DtypeProbe()
+    build = training.build_callbacks
+    monkeypatch.setattr(training, "build_callbacks", lambda *a, **k: build(*a, **k) + [probe])
+    summary = training.run(tiny_cfg("trainer.precision=bf16-mixed", "model.channels_last=true", "trainer.max_epochs=1",
+                                    "pixel_baseline=false"))
+    assert probe.seen["backbone"] == {torch.bfloat16}, "autocast is on: the backbone computes in bf16"
+    assert probe.seen["cos"] == {torch.float32} and probe.seen["logits"] == {torch.float32}
+    assert probe.seen["weights"] == {torch.float32}
+    assert probe.seen["loss"] == {(torch.float32, True)}, "finite fp32 losses"
+    assert summary["weights_finite"]
+
+
+def test_bf16_on_a_cpu_without_bf16_is_refused_naming_the_setting(tiny_cfg, monkeypatch):
+    monkeypatch.setattr(speed, "cpu_has_bf16", lambda: False)
+    with pytest.raises(ValueError, match=r"trainer.precision=bf16-mixed: this CPU has no bf16 instructions"):
+        training.build_trainer(tiny_cfg("trainer.precision=bf16-mixed"))
+
+
+def test_channels_last_gives_the_same_embeddings(tiny_cfg):
+    torch.manual_seed(0)
+    plain = build_module(tiny_cfg(), num_classes=8).eval()
+    nhwc = build_module(tiny_cfg("model.channels_last=true"), num_classes=8).eval()
+    nhwc.load_state_dict(plain.state_dict())
+    conv = next(m for m in nhwc.backbone.modules() if isinstance(m, torch.nn.Conv2d))
+    assert conv.weight.is_contiguous(memory_format=torch.channels_last)
+    x = torch.rand(4, 3, 112, 112) * 2 - 1
+    with torch.no_grad():
+        torch.testing.assert_close(nhwc(x), plain(x), rtol=1e-4, atol=1e-4)
+
+
+def test_compile_without_a_toolchain_trains_eagerly_and_says_so(tiny_cfg, monkeypatch, caplog):
+    monkeypatch.setenv("PATH", "/nonexistent")
+    monkeypatch.delenv("CXX", raising=False)
+    assert "no C++ compiler" in speed.missing_compile_toolchain("cpu")
+    with caplog.at_level(logging.WARNING):
+        module = build_module(tiny_cfg("model.compile=true"), num_classes=8)
+    assert "model.compile=true" in caplog.text and "WITHOUT compile" in caplog.text
+    assert module.backbone._compiled_call_impl is None
+
+
+def test_compile_with_a_toolchain_compiles_the_backbone_in_place(tiny_cfg):
+    if speed.missing_compile_toolchain("cpu"):
+        pytest.skip("no C++ compiler here")
+    module = build_module(tiny_cfg("model.compile=true"), num_classes=8)
+    assert module.backbone._compiled_call_impl is not None
+    assert not any("_orig_mod" in k for k in module.state_dict()), "checkpoints keep the eager names"
+
+
+@pytest.mark.slow
+def test_compiled_bf16_channels_last_run_trains(tiny_cfg):
+    if speed.missing_compile_toolchain("cpu") or not speed.cpu_has_bf16():
+        pytest.skip("needs a C++ compiler and bf16")
+    summary = training.run(tiny_cfg("model.compile=true", "model.channels_last=true", "trainer.precision=bf16-mixed",
+                                    "trainer.max_epochs=1"))
+    assert summary["weights_finite"] and summary["global_step"] > 0
+
+
+@pytest.mark.parametrize("impl", [{"fused": True}, {"foreach": True}])
+def test_fused_and_foreach_sgd_match_the_single_tensor_rule(impl):
+    """torch's for-loop SGD is the oracle; the paper's momentum and weight decay."""
+    g = torch.Generator().manual_seed(0)
+    params = [torch.randn(5, 3, generator=g), torch.randn(7, generator=g)]
+    grads = [[torch.randn_like(p) for p in params] for _ in range(3)]
+    out = []
+    for kwargs in ({"foreach": False}, impl):
+        ps = [torch.nn.Parameter(p.clone()) for p in params]
+        opt = torch.optim.SGD(ps, lr=0.1, momentum=0.9, weight_decay=5e-4, **kwargs)
+        for step in grads:
+            for p, gr in zip(ps, step):
+                p.grad = gr.clone()
+            opt.step()
+        out.append([p.detach() for p in ps])
+    for a, b in zip(*out):
+        torch.testing.assert_close(a, b)
+
+
+def test_a_skipped_first_fused_step_leaves_momentum_at_zero():
+    """torch allocates fused SGD's momentum uninitialised and a found_inf skip leaves it so: zero_momentum first."""
+    p = torch.nn.Parameter(torch.ones(4))
+    opt = torch.optim.SGD([p], lr=0.1, momentum=0.9, weight_decay=5e-4, fused=True)
+    zero_momentum(opt)
+    p.grad = torch.full((4,), float("nan"))
+    opt.found_inf = torch.ones(())
+    opt.step()
+    torch.testing.assert_close(p.detach(), torch.ones(4))
+    torch.testing.assert_close(opt.state[p]["momentum_buffer"], torch.zeros(4))
+    opt.found_inf = torch.zeros(())
+    p.grad = torch.full((4,), 2.0)
+    opt.step()
+    # SGD's first real step: buf = g + wd * p = 2.0005, p -= lr * buf
+    torch.testing.assert_close(p.detach(), torch.full((4,), 1 - 0.1 * (2.0 + 5e-4)))
