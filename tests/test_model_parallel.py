@@ -19,11 +19,11 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 import torch.nn.functional as F
 
-from elasticface.centers import FullFC
-from elasticface.distributed import shard_bounds
+from elasticface.classifier.centers import FullFC
+from elasticface.classifier.distributed import shard_bounds
 from elasticface.heads import build_head
-from elasticface.loss import margin_softmax_loss
-from elasticface.sharded_centers import ShardedFC
+from elasticface.classifier.dense import margin_softmax_loss
+from elasticface.classifier.sharded import ShardedFC
 
 C, D, N, STEPS = 10, 8, 12, 2
 HEADS: dict[str, dict] = {
@@ -173,7 +173,7 @@ def _resume_worker(rank: int, world: int, init_file: str, out_dir: str, ckpt: st
     """Train a linear backbone + ShardedFC with SGD momentum; 'save' writes a checkpoint after two steps."""
     from torch.nn.parallel import DistributedDataParallel
 
-    from elasticface.distributed import scale_grad
+    from elasticface.classifier.distributed import scale_grad
 
     _init(rank, world, init_file)
     torch.manual_seed(0)
@@ -273,8 +273,10 @@ def test_checkpoint_for_another_number_of_classes_is_refused(tiny_cfg):
     from elasticface.training import build_module
 
     module = build_module(tiny_cfg("model=model_parallel"), num_classes=9)
-    with pytest.raises(ValueError, match=r"hold 8 classes \(8 rows of centers.weight\) but the training data has num_classes=9"):
-        module.on_load_checkpoint({"state_dict": {"centers.weight": torch.zeros(8, 32)}})
+    msg = r"hold 8 classes \(8 rows of classifier.centers.weight\) but the training data has num_classes=9"
+    for key in ("classifier.centers.weight", "centers.weight"):  # the key of checkpoints before the classifier package
+        with pytest.raises(ValueError, match=msg):
+            module.on_load_checkpoint({"state_dict": {key: torch.zeros(8, 32)}})
     module.on_load_checkpoint({"state_dict": {"centers.weight": torch.zeros(9, 32)}})
 
 
