@@ -19,6 +19,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 import torch.nn.functional as F
 
+from elasticface.classifier import Classifier
 from elasticface.classifier.centers import FullFC
 from elasticface.classifier.distributed import shard_bounds
 from elasticface.heads import build_head
@@ -36,16 +37,20 @@ HEADS: dict[str, dict] = {
     "subcenter_arcface": {"k": 3},
     "magface": {},
 }
+#: heads checked only on the chunked path (the dense sharded path is checked on HEADS)
+CHUNKED_HEADS: dict[str, dict] = {**HEADS, "mv_softmax": {}, "circle": {}, "li_arcface": {}, "adaface": {},
+                                  "elastic_cos_plus": {"seed": 3}}
+PATHS = {"dense": HEADS, "chunked": CHUNKED_HEADS}
 
 
 def _head(case: str):
     name = "elastic_arc_plus" if case.startswith("elastic_arc_plus") else case
-    return build_head(name, **HEADS[case])
+    return build_head(name, **CHUNKED_HEADS[case])
 
 
 def _inputs(case: str, step: int) -> tuple[torch.Tensor, torch.Tensor]:
     g = torch.Generator().manual_seed(100 * step + len(case))
-    emb = torch.randn(N, D, generator=g) * (8.0 if case == "magface" else 1.0)  # MagFace wants norms in [10, 110]
+    emb = torch.randn(N, D, generator=g) * (8.0 if case in ("magface", "adaface") else 1.0)  # MagFace: norms in [10, 110]
     labels = torch.randint(0, C, (N,), generator=g)
     labels[3] = -1  # a row without a label: ignored by the loss and by every batch statistic
     return emb, labels
@@ -85,22 +90,30 @@ def _exactness_worker(rank: int, world: int, init_file: str, out_dir: str) -> No
     _init(rank, world, init_file)
     rows = N // world
     results = {}
-    for case in HEADS:
-        head = _head(case).train()
-        k = head.centers_per_class
-        layer = ShardedFC(D, C, centers_per_class=k)
-        layer.weight.data.copy_(_centres(k))
-        layer.shard(rank, world)
-        steps = []
-        for step in range(STEPS):
-            emb, labels = _inputs(case, step)
-            local = emb[rank * rows : (rank + 1) * rows].clone().requires_grad_(True)
-            layer.weight.grad = None
-            out = margin_softmax_loss(layer, head, local, labels[rank * rows : (rank + 1) * rows])
-            out.loss.backward()
-            steps.append({"loss": out.loss.detach(), "emb_grad": local.grad, "centre_grad": layer.weight.grad.clone(),
-                          "rows": layer.row_slice})
-        results[case] = steps
+    for path, heads in PATHS.items():
+        for case in heads:
+            head = _head(case).train()
+            k = head.centers_per_class
+            layer = ShardedFC(D, C, centers_per_class=k)
+            layer.weight.data.copy_(_centres(k))
+            layer.shard(rank, world)
+            classifier = Classifier(layer, head, chunk_size=3, path="chunked")
+            steps = []
+            for step in range(STEPS):
+                emb, labels = _inputs(case, step)
+                local = emb[rank * rows : (rank + 1) * rows].clone().requires_grad_(True)
+                layer.weight.grad = None
+                if path == "dense":
+                    out = margin_softmax_loss(layer, head, local, labels[rank * rows : (rank + 1) * rows])
+                    out.loss.backward()
+                    emb_grad = local.grad
+                else:
+                    out = classifier(local, labels[rank * rows : (rank + 1) * rows])
+                    out.loss.backward()
+                    emb_grad = local.grad / world  # the classifier pre-scales for DDP's average over ranks
+                steps.append({"loss": out.loss.detach(), "emb_grad": emb_grad,
+                              "centre_grad": layer.weight.grad.clone(), "rows": layer.row_slice})
+            results[(path, case)] = steps
     # Partial FC sampled on each shard: every positive of the global batch keeps its column somewhere
     layer = ShardedFC(D, 200, sample_rate=0.05)
     layer.shard(rank, world)
@@ -130,17 +143,17 @@ def test_sharded_heads_match_one_process(world, tmp_path):
     mp.spawn(_exactness_worker, args=(world, str(tmp_path / "init"), str(tmp_path)), nprocs=world, join=True)
     results = [torch.load(tmp_path / f"rank{r}.pt", weights_only=False) for r in range(world)]
     rows = N // world
-    for case in HEADS:
+    for path, case in [(p, c) for p, heads in PATHS.items() for c in heads]:
         ref = reference(case)
         for step in range(STEPS):
             for rank, res in enumerate(results):
-                got = res[case][step]
-                assert _relative_error(got["loss"], ref[step]["loss"]) < 1e-5, (case, step, rank)
-                assert _relative_error(got["emb_grad"], ref[step]["emb_grad"][rank * rows : (rank + 1) * rows]) < 1e-5, (
-                    case, step, rank)
-                assert _relative_error(got["centre_grad"], ref[step]["centre_grad"][got["rows"]]) < 1e-5, (case, step, rank)
+                got = res[(path, case)][step]
+                where = (path, case, step, rank)
+                assert _relative_error(got["loss"], ref[step]["loss"]) < 1e-5, where
+                assert _relative_error(got["emb_grad"], ref[step]["emb_grad"][rank * rows : (rank + 1) * rows]) < 1e-5, where
+                assert _relative_error(got["centre_grad"], ref[step]["centre_grad"][got["rows"]]) < 1e-5, where
             # each rank's centre gradient is its own slice: together they tile the full gradient
-            full = torch.cat([res[case][step]["centre_grad"] for res in results])
+            full = torch.cat([res[(path, case)][step]["centre_grad"] for res in results])
             assert full.shape == ref[step]["centre_grad"].shape
     for rank, res in enumerate(results):
         sampled = res["sampled"]

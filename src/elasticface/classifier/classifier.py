@@ -137,8 +137,8 @@ class Classifier(nn.Module):
         per_row = torch.logaddexp(lse, z_y) - z_y
         loss = torch.where(valid, per_row, torch.zeros_like(per_row)).sum() / valid.sum().to(per_row.dtype)
         aux = getattr(head, "aux_loss", None)
-        if aux is not None:
-            loss = loss + (aux if shard is None else shard.replicated(aux))
+        if aux is not None:  # a function of the norms, whose gradient is already counted once across ranks
+            loss = loss + aux
         return self._output(loss, aux, cos_y.detach(), valid)
 
     def _num_columns(self, local: int, shard: ClassShard | None) -> int:
