@@ -39,73 +39,166 @@ def chunk_cosines(x: Tensor, weight: Tensor, normalize: bool, k: int) -> Tensor:
     return cos
 
 
-def _target_mask(labels: Tensor, start: int, stop: int) -> Tensor:
-    """``[B, stop - start]``: True at each row's own class (labels -1 match nothing)."""
-    return labels[:, None] == torch.arange(start, stop, device=labels.device)[None, :]
+def _drop_target_(z: Tensor, labels: Tensor, start: int) -> Tensor:
+    """Set each row's own class in the chunk ``z [B, n]`` (columns ``start..``) to -inf, in O(B), with no host sync."""
+    rows = torch.arange(z.shape[0], device=z.device)
+    col = labels - start
+    inside = (col >= 0) & (col < z.shape[1])
+    col = col.clamp(0, z.shape[1] - 1)
+    return z.index_put_((rows, col), torch.where(inside, torch.full_like(col, 0, dtype=z.dtype) - float("inf"),
+                                                 z[rows, col]))
 
 
 def _finite_or_zero(x: Tensor) -> Tensor:
     return torch.where(torch.isfinite(x), x, torch.zeros_like(x))
 
 
+def _row_lse(z: Tensor) -> Tensor:
+    """Row-wise log-sum-exp through the fused ``log_softmax`` kernel (``torch.logsumexp`` is ~3x slower on CPU):
+    at the row's maximum, ``log_softmax = -log Σ exp(z - max)`` exactly. Rows of -inf give -inf."""
+    top, where = z.max(dim=1)
+    at_top = torch.log_softmax(z, dim=1).gather(1, where[:, None])[:, 0]
+    return torch.where(torch.isfinite(top), top - at_top, top)
+
+
+def _scaled(x: Tensor, scale: Tensor | float) -> tuple[Tensor, Tensor | float, Tensor | float]:
+    """``(x · s, lower, upper)``: the embeddings with the scale folded in and the clamp bounds ``∓s``."""
+    if isinstance(scale, Tensor):
+        s = scale.to(x.dtype).expand(x.shape[0])[:, None]
+        return x * s, -s, s
+    return x * scale, -scale, scale
+
+
+def _unit_rows(weight: Tensor) -> tuple[Tensor, Tensor]:
+    """``(ŵ, 1/max(‖w‖, eps))``: ``F.normalize``'s rows and their inverse norms."""
+    inv = weight.norm(dim=1).clamp_min(1e-12).reciprocal()
+    return weight * inv[:, None], inv
+
+
 class _NonTargetLSE(torch.autograd.Function):
+    """Two implementations of one function. Linear non-target logits (``scale · cos``, K = 1: most heads)
+    take the fast path: the scale is folded into the embeddings, the normalisation's backward is
+    written out, and each chunk costs one ``[B, n]`` buffer. Any other elementwise map or sub-centre
+    pooling runs the chunk through autograd (recomputed in the backward).
+
+    The fast path's backward treats the clamp of a cosine to [-1, 1] as the identity: a non-target
+    cosine that rounds past ±1 gets the derivative of the unclamped cosine, where the dense path's
+    clamp gives 0 (both are within rounding of each other in value).
+    """
+
     @staticmethod
     def forward(ctx, x: Tensor, weight: Tensor, labels: Tensor, fn: Callable[[Tensor], Tensor],  # type: ignore[override]
-                k: int, chunk: int, normalize: bool) -> Tensor:
+                k: int, chunk: int, normalize: bool, scale: Tensor | None) -> Tensor:
         num = weight.shape[0] // k
-        run_max = torch.full((x.shape[0],), -float("inf"), dtype=x.dtype, device=x.device)
-        run_sum = torch.zeros_like(run_max)
+        fast = scale is not None and k == 1
+        lse = torch.full((x.shape[0],), -float("inf"), dtype=x.dtype, device=x.device)
+        if fast:
+            xs, lo, hi = _scaled(x, scale)
         for start in range(0, num, chunk):
             stop = min(start + chunk, num)
-            z = fn(chunk_cosines(x, weight[start * k: stop * k], normalize, k))
-            z = z.masked_fill_(_target_mask(labels, start, stop), -float("inf"))
-            new_max = torch.maximum(run_max, z.amax(dim=1))
-            shift = _finite_or_zero(new_max)
-            run_sum = run_sum * torch.exp(run_max - shift) + torch.exp(z.sub_(shift[:, None])).sum(dim=1)
-            run_max = new_max
-        lse = _finite_or_zero(run_max) + torch.log(run_sum)  # -inf for a row with no non-target class
-        ctx.fn, ctx.k, ctx.chunk, ctx.normalize = fn, k, chunk, normalize
-        ctx.save_for_backward(x, weight, labels, lse)
-        return lse
+            if fast:
+                w = weight[start:stop]
+                z = F.linear(xs, _unit_rows(w)[0] if normalize else w)
+                if normalize:
+                    z = torch.clamp(z, lo, hi, out=z)
+            else:
+                z = fn(chunk_cosines(x, weight[start * k: stop * k], normalize, k))
+            _drop_target_(z, labels, start)
+            lse = torch.logaddexp(lse, _row_lse(z))
+            del z
+        ctx.fn, ctx.k, ctx.chunk, ctx.normalize, ctx.fast = fn, k, chunk, normalize, fast
+        ctx.scale = scale if not isinstance(scale, Tensor) else None
+        ctx.save_for_backward(x, weight, labels, lse, scale if isinstance(scale, Tensor) else None)
+        return lse  # -inf for a row with no non-target class
 
     @staticmethod
     @torch.autograd.function.once_differentiable
     def backward(ctx, grad: Tensor):  # type: ignore[override]
-        x, weight, labels, lse = ctx.saved_tensors
-        k, chunk, fn = ctx.k, ctx.chunk, ctx.fn
-        need_x, need_w = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
-        finite = torch.isfinite(lse)
-        coef = torch.where(finite, grad, torch.zeros_like(grad))[:, None]
-        lse = torch.where(finite, lse, torch.zeros_like(lse))[:, None]
-        grad_x = torch.zeros_like(x) if need_x else None
-        grad_w = torch.zeros_like(weight) if need_w else None
-        num = weight.shape[0] // k
-        with torch.enable_grad(), torch.autocast(device_type=x.device.type, enabled=False):
-            for start in range(0, num, chunk):
-                stop = min(start + chunk, num)
-                xl = x.detach().requires_grad_(need_x)
-                wl = weight[start * k: stop * k].detach().requires_grad_(need_w)
-                z = fn(chunk_cosines(xl, wl, ctx.normalize, k))
-                # dLSE/dz = softmax over the non-target columns; zero at the target
-                p = torch.exp(z.detach().masked_fill(_target_mask(labels, start, stop), -float("inf")) - lse)
-                leaves = [t for t in (xl, wl) if t.requires_grad]
-                grads = torch.autograd.grad(z, leaves, p.mul_(coef))
-                if need_x:
-                    grad_x += grads[0]
-                if need_w:
-                    grad_w[start * k: stop * k] = grads[-1]
-        return grad_x, grad_w, None, None, None, None, None
+        x, weight, labels, lse, scale = ctx.saved_tensors
+        scale = ctx.scale if scale is None else scale
+        if ctx.fast:
+            grad_x, grad_w = _fast_backward(ctx, grad, x, weight, labels, lse, scale)
+        else:
+            grad_x, grad_w = _autograd_backward(ctx, grad, x, weight, labels, lse)
+        return grad_x, grad_w, None, None, None, None, None, None
+
+
+def _fast_backward(ctx, grad: Tensor, x: Tensor, weight: Tensor, labels: Tensor, lse: Tensor, scale: Tensor | float):
+    need_x, need_w = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
+    finite = torch.isfinite(lse)
+    coef = torch.where(finite, grad, torch.zeros_like(grad))
+    # p = |coef_i| · softmax_ij in one pass: exp(z - (lse - log|coef|)); the signs go on the [B, D] side
+    shift = (torch.where(finite, lse, torch.zeros_like(lse)) - torch.log(coef.abs()))[:, None]
+    sign = torch.sign(coef)[:, None]
+    xs, lo, hi = _scaled(x, scale)
+    xs_signed = xs * sign
+    grad_x = torch.zeros_like(x) if need_x else None
+    grad_w = torch.zeros_like(weight) if need_w else None
+    for start in range(0, weight.shape[0], ctx.chunk):
+        stop = min(start + ctx.chunk, weight.shape[0])
+        w = weight[start:stop]
+        if ctx.normalize:
+            w_hat, inv = _unit_rows(w)
+        else:
+            w_hat, inv = w, None
+        z = F.linear(xs, w_hat)
+        if ctx.normalize:
+            z = torch.clamp(z, lo, hi, out=z)
+        _drop_target_(z, labels, start)
+        p = z.sub_(shift).exp_()
+        if need_x:
+            grad_x.addmm_(p, w_hat)
+        if need_w:
+            g_hat = p.T @ xs_signed  # [n, D]: dLSE/dŵ
+            if ctx.normalize:  # F.normalize's backward: (g - ŵ (ŵ·g)) / ‖w‖
+                g_hat = (g_hat - w_hat * (w_hat * g_hat).sum(dim=1, keepdim=True)) * inv[:, None]
+            grad_w[start:stop] = g_hat
+        del z, p
+    if need_x:
+        grad_x.mul_(hi * sign)
+    return grad_x, grad_w
+
+
+def _autograd_backward(ctx, grad: Tensor, x: Tensor, weight: Tensor, labels: Tensor, lse: Tensor):
+    k, chunk, fn = ctx.k, ctx.chunk, ctx.fn
+    need_x, need_w = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
+    finite = torch.isfinite(lse)
+    coef = torch.where(finite, grad, torch.zeros_like(grad))[:, None]
+    lse = torch.where(finite, lse, torch.zeros_like(lse))[:, None]
+    grad_x = torch.zeros_like(x) if need_x else None
+    grad_w = torch.zeros_like(weight) if need_w else None
+    num = weight.shape[0] // k
+    with torch.enable_grad(), torch.autocast(device_type=x.device.type, enabled=False):
+        for start in range(0, num, chunk):
+            stop = min(start + chunk, num)
+            xl = x.detach().requires_grad_(need_x)
+            wl = weight[start * k: stop * k].detach().requires_grad_(need_w)
+            z = fn(chunk_cosines(xl, wl, ctx.normalize, k))
+            # dLSE/dz = softmax over the non-target columns; zero at the target
+            p = torch.exp(_drop_target_(z.detach().clone(), labels, start) - lse)
+            leaves = [t for t in (xl, wl) if t.requires_grad]
+            grads = torch.autograd.grad(z, leaves, p.mul_(coef))
+            if need_x:
+                grad_x += grads[0]
+            if need_w:
+                grad_w[start * k: stop * k] = grads[-1]
+    return grad_x, grad_w
 
 
 def nontarget_lse(x: Tensor, weight: Tensor, labels: Tensor, fn: Callable[[Tensor], Tensor], k: int = 1,
-                  chunk: int = DEFAULT_CHUNK_SIZE, normalize: bool = True) -> Tensor:
+                  chunk: int = DEFAULT_CHUNK_SIZE, normalize: bool = True, scale: Tensor | float | None = None) -> Tensor:
     """``[B]``: ``log Σ_{j ≠ labels_i} exp(fn(cos_ij))`` over the classes of ``weight`` ([C·K, D], raw rows).
 
     ``x``: the embeddings, already normalised when ``normalize``; ``labels``: column of each row's class
-    in ``weight`` or -1 (then every class counts); ``fn``: elementwise map from cosines to logits.
+    in ``weight`` or -1 (then every class counts); ``fn``: elementwise map from cosines to logits;
+    ``scale`` (> 0, a number, 0-d or [B] tensor, detached): say that ``fn(c) == scale * c`` (the fast path).
     Differentiable in ``x`` and ``weight``.
     """
-    return _NonTargetLSE.apply(x, weight, labels, fn, k, chunk, normalize)
+    if isinstance(scale, Tensor):
+        scale = scale.detach()
+    elif scale is not None:
+        scale = float(scale)
+    return _NonTargetLSE.apply(x, weight, labels, fn, k, chunk, normalize, scale)
 
 
 class _CombineShards(torch.autograd.Function):

@@ -123,14 +123,14 @@ class Classifier(nn.Module):
             if norms is not None:  # every rank computes the same head terms from the norms: count them once
                 norms = shard.replicated(norms)
 
-        def lse_of(fn: Any) -> Tensor:
+        def lse_of(fn: Any, scale: Any = None) -> Tensor:
             with torch.no_grad():
-                lse = nontarget_lse(x.detach(), weight.detach(), mapped, fn, k, chunk, normalize)
+                lse = nontarget_lse(x.detach(), weight.detach(), mapped, fn, k, chunk, normalize, scale)
                 return lse if shard is None else combine_shards(lse)
 
         with use_shard(shard):
             plan = head.plan(cos_y, valid, norms, num_columns=self._num_columns(num, shard), nontarget_lse=lse_of)
-        lse = nontarget_lse(x, weight, mapped, plan.nontarget, k, chunk, normalize)
+        lse = nontarget_lse(x, weight, mapped, plan.nontarget, k, chunk, normalize, plan.scale)
         if shard is not None:
             lse = combine_shards(lse)
         z_y = plan.target

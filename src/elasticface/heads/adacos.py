@@ -83,12 +83,12 @@ class AdaCos(MarginHead):
             cur = self.scale.to(cos_y.dtype)
             s_old = torch.where(torch.isnan(cur), torch.full_like(cur, fixed), cur)
         if not self.dynamic or not self.training:
-            return HeadPlan(cos_y * s_old, lambda c: c * s_old)
+            return HeadPlan(cos_y * s_old, lambda c: c * s_old, s_old)
         if nontarget_lse is None:
             raise ValueError("AdaCos(dynamic=True) needs nontarget_lse: its scale reads every non-target logit")
         with torch.no_grad():
             c = cos_y.detach()
-            log_nt = nontarget_lse(lambda x: x * s_old)
+            log_nt = nontarget_lse(lambda x: x * s_old, s_old)
             log_nt = torch.where(valid, log_nt, torch.full_like(log_nt, -float("inf")))
             n = valid.sum().to(c.dtype)
             log_b_avg = torch.logsumexp(log_nt, dim=0) - torch.log(n.clamp_min(1.0))
@@ -98,7 +98,7 @@ class AdaCos(MarginHead):
             ok = torch.isfinite(s_new) & (s_new > 0) & (n > 0)
             s_new = torch.where(ok, s_new, s_old)
             self.scale.copy_(s_new.to(self.scale.dtype))
-        return HeadPlan(cos_y * s_new, lambda x: x * s_new)
+        return HeadPlan(cos_y * s_new, lambda x: x * s_new, s_new)
 
     def extra_repr(self) -> str:
         return f"num_classes={self.num_classes}, dynamic={self.dynamic}"

@@ -157,7 +157,7 @@ def margin_plan(
     """:func:`margin_logits` as a :class:`~elasticface.heads.base.HeadPlan`: the margined target, ``s·cos`` elsewhere."""
     from .base import HeadPlan  # base imports this module
 
-    return HeadPlan(margin_target(cos_y, m1, m2, m3, guard, gradient) * s, lambda c: c * s)
+    return HeadPlan(margin_target(cos_y, m1, m2, m3, guard, gradient) * s, lambda c: c * s, s)
 
 
 def put_target(logits: Tensor, cols: Tensor, valid: Tensor, values: Tensor) -> Tensor:

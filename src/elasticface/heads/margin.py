@@ -140,7 +140,7 @@ class SphereFace(GuardedHead):
             return margin_plan(cos_y, self.s, m1=self.m, guard=self.guard, gradient=self.gradient)
         psi = margin_target(cos_y, m1=self.m, guard=self.guard, gradient=self.gradient)
         s = self.s
-        return HeadPlan((lam * cos_y.clamp(-1.0, 1.0) + psi) / (1.0 + lam) * s, lambda c: c * s)
+        return HeadPlan((lam * cos_y.clamp(-1.0, 1.0) + psi) / (1.0 + lam) * s, lambda c: c * s, s)
 
     def extra_repr(self) -> str:
         return f"s={self.s}, m={self.m}, lambda_base={self.lambda_base}, guard={self.guard}"

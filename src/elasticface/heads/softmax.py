@@ -25,7 +25,7 @@ class Softmax(MarginHead):
         return cos
 
     def train_plan(self, cos_y, valid, norms, num_columns, nontarget_lse) -> HeadPlan:
-        return HeadPlan(cos_y, lambda c: c)
+        return HeadPlan(cos_y, lambda c: c, 1.0)
 
 
 class NormFace(MarginHead):
@@ -42,4 +42,4 @@ class NormFace(MarginHead):
 
     def train_plan(self, cos_y, valid, norms, num_columns, nontarget_lse) -> HeadPlan:
         s = self.s
-        return HeadPlan(cos_y * s, lambda c: c * s)
+        return HeadPlan(cos_y * s, lambda c: c * s, s)
