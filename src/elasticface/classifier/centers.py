@@ -6,7 +6,7 @@ Heads never own class weights, so any head works with any centres layer. Every l
 - `FullFC`: all C (× K sub-centres) centres every step.
 - `PartialFC`: insightface's Partial FC sampling: every step uses the centres of the classes present in
   the batch plus a random subset of the others (`sample_rate` of C), with labels remapped into the subset.
-- `ShardedFC` (sharded_centers.py): the same, with the classes split across DDP ranks (model parallel).
+- `ShardedFC` (sharded.py): the same, with the classes split across DDP ranks (model parallel).
 """
 
 from __future__ import annotations

@@ -88,8 +88,11 @@ class _NonTargetLSE(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x: Tensor, weight: Tensor, labels: Tensor, fn: Callable[[Tensor], Tensor],  # type: ignore[override]
-                k: int, chunk: int, normalize: bool, scale: Tensor | None) -> Tensor:
+                k: int, chunk: int, normalize: bool, scale: Tensor | None) -> tuple[Tensor, Tensor]:
         num = weight.shape[0] // k
+        rows = _target_rows(labels, k)
+        with torch.no_grad():
+            cos_t = _target_cosines(x, weight[rows], normalize)
         fast = scale is not None and k == 1
         lse = torch.full((x.shape[0],), -float("inf"), dtype=x.dtype, device=x.device)
         if fast:
@@ -109,18 +112,47 @@ class _NonTargetLSE(torch.autograd.Function):
         ctx.fn, ctx.k, ctx.chunk, ctx.normalize, ctx.fast = fn, k, chunk, normalize, fast
         ctx.scale = scale if not isinstance(scale, Tensor) else None
         ctx.save_for_backward(x, weight, labels, lse, scale if isinstance(scale, Tensor) else None)
-        return lse  # -inf for a row with no non-target class
+        return lse, cos_t  # lse: -inf for a row with no non-target class
 
     @staticmethod
     @torch.autograd.function.once_differentiable
-    def backward(ctx, grad: Tensor):  # type: ignore[override]
+    def backward(ctx, grad: Tensor, grad_t: Tensor):  # type: ignore[override]
         x, weight, labels, lse, scale = ctx.saved_tensors
         scale = ctx.scale if scale is None else scale
         if ctx.fast:
             grad_x, grad_w = _fast_backward(ctx, grad, x, weight, labels, lse, scale)
         else:
             grad_x, grad_w = _autograd_backward(ctx, grad, x, weight, labels, lse)
+        # the target cosines' share, added into the same gradient (autograd through an index of the
+        # centres would allocate a second full [C, D] gradient)
+        rows = _target_rows(labels, ctx.k)
+        with torch.enable_grad(), torch.autocast(device_type=x.device.type, enabled=False):
+            xl = x.detach().requires_grad_(grad_x is not None)
+            wl = weight[rows].detach().requires_grad_(grad_w is not None)
+            leaves = [t for t in (xl, wl) if t.requires_grad]
+            grads = torch.autograd.grad(_target_cosines(xl, wl, ctx.normalize), leaves, grad_t)
+        if grad_x is not None:
+            grad_x += grads[0]
+        if grad_w is not None:
+            grad_w.index_add_(0, rows.reshape(-1), grads[-1].reshape(-1, weight.shape[1]))
         return grad_x, grad_w, None, None, None, None, None, None
+
+
+def target_cosines(x: Tensor, weight: Tensor, labels: Tensor, k: int, normalize: bool) -> Tensor:
+    """``[B, K]``: each row's cosines with its class's K centres (the values :func:`chunked_logits` returns)."""
+    return _target_cosines(x, weight[_target_rows(labels, k)], normalize)
+
+
+def _target_rows(labels: Tensor, k: int) -> Tensor:
+    """``[B, K]`` rows of each row's class centres (rows with label -1 read class 0)."""
+    return labels.clamp_min(0)[:, None] * k + torch.arange(k, device=labels.device)
+
+
+def _target_cosines(x: Tensor, w_t: Tensor, normalize: bool) -> Tensor:
+    """``[B, K]`` cosines (raw logits unnormalised) of each row with its K target centres ``w_t [B, K, D]``."""
+    if normalize:
+        return torch.einsum("nd,nkd->nk", x, F.normalize(w_t, dim=2)).clamp(-1.0, 1.0)
+    return torch.einsum("nd,nkd->nk", x, w_t)
 
 
 def _fast_backward(ctx, grad: Tensor, x: Tensor, weight: Tensor, labels: Tensor, lse: Tensor, scale: Tensor | float):
@@ -185,6 +217,18 @@ def _autograd_backward(ctx, grad: Tensor, x: Tensor, weight: Tensor, labels: Ten
     return grad_x, grad_w
 
 
+def chunked_logits(x: Tensor, weight: Tensor, labels: Tensor, fn: Callable[[Tensor], Tensor], k: int = 1,
+                   chunk: int = DEFAULT_CHUNK_SIZE, normalize: bool = True,
+                   scale: Tensor | float | None = None) -> tuple[Tensor, Tensor]:
+    """``(lse [B], cos_t [B, K])``: :func:`nontarget_lse` and the cosines of each row with its K target
+    centres (clamped as the dense path clamps), both differentiable, with one [C·K, D] centre gradient."""
+    if isinstance(scale, Tensor):
+        scale = scale.detach()
+    elif scale is not None:
+        scale = float(scale)
+    return _NonTargetLSE.apply(x, weight, labels, fn, k, chunk, normalize, scale)
+
+
 def nontarget_lse(x: Tensor, weight: Tensor, labels: Tensor, fn: Callable[[Tensor], Tensor], k: int = 1,
                   chunk: int = DEFAULT_CHUNK_SIZE, normalize: bool = True, scale: Tensor | float | None = None) -> Tensor:
     """``[B]``: ``log Σ_{j ≠ labels_i} exp(fn(cos_ij))`` over the classes of ``weight`` ([C·K, D], raw rows).
@@ -194,11 +238,7 @@ def nontarget_lse(x: Tensor, weight: Tensor, labels: Tensor, fn: Callable[[Tenso
     ``scale`` (> 0, a number, 0-d or [B] tensor, detached): say that ``fn(c) == scale * c`` (the fast path).
     Differentiable in ``x`` and ``weight``.
     """
-    if isinstance(scale, Tensor):
-        scale = scale.detach()
-    elif scale is not None:
-        scale = float(scale)
-    return _NonTargetLSE.apply(x, weight, labels, fn, k, chunk, normalize, scale)
+    return chunked_logits(x, weight, labels, fn, k, chunk, normalize, scale)[0]
 
 
 class _CombineShards(torch.autograd.Function):

@@ -23,7 +23,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from elasticface.classifier.centers import FullFC
-from elasticface.classifier.chunked import DEFAULT_CHUNK_SIZE, combine_shards, nontarget_lse, sum_shards
+from elasticface.classifier.chunked import (DEFAULT_CHUNK_SIZE, chunked_logits, combine_shards, nontarget_lse,
+                                            sum_shards, target_cosines)
 from elasticface.classifier.dense import margin_softmax_loss
 from elasticface.classifier.distributed import ClassShard, scale_grad, use_shard
 from elasticface.classifier.sharded import ShardedFC
@@ -107,15 +108,16 @@ class Classifier(nn.Module):
         x = F.normalize(embeddings, dim=1) if normalize else embeddings
         weight = weight.to(x.dtype)
 
-        # each row's target: the K centres of its class, pooled as the dense path pools them
+        # each row's target: the K centres of its class, pooled as the dense path pools them. The head's plan
+        # needs cos θ_y before the chunked pass can start, and the chunked node also returns the target
+        # cosines, so that the centres get one [C, D] gradient (autograd through an index of the centres
+        # would allocate a second one): the plan sees a stand-in with the same value, and the target
+        # logit is re-attached to the chunked node through its per-row derivative (it is elementwise in cos θ_y).
         owned = mapped >= 0
-        rows = mapped.clamp_min(0)[:, None] * k + torch.arange(k, device=mapped.device)
-        w_y = weight[rows]  # [N, K, D]
-        if normalize:
-            w_y = F.normalize(w_y, dim=2)
-        cos_y = torch.einsum("nd,nkd->nk", x, w_y)
-        cos_y = (cos_y.clamp(-1.0, 1.0) if normalize else cos_y).amax(dim=1)
-        valid = owned
+        with torch.no_grad():
+            cos_y0 = target_cosines(x, weight, mapped, k, normalize).amax(dim=1)
+        stand_in = cos_y0.clone().requires_grad_(torch.is_grad_enabled())
+        cos_y, valid = stand_in, owned
         norms = embeddings.norm(dim=1) if getattr(head, "needs_norms", False) else None
         if shard is not None:
             cos_y = sum_shards(torch.where(owned, cos_y, torch.zeros_like(cos_y)))
@@ -130,10 +132,15 @@ class Classifier(nn.Module):
 
         with use_shard(shard):
             plan = head.plan(cos_y, valid, norms, num_columns=self._num_columns(num, shard), nontarget_lse=lse_of)
-        lse = nontarget_lse(x, weight, mapped, plan.nontarget, k, chunk, normalize, plan.scale)
+        lse, cos_t = chunked_logits(x, weight, mapped, plan.nontarget, k, chunk, normalize, plan.scale)
         if shard is not None:
             lse = combine_shards(lse)
         z_y = plan.target
+        if z_y.requires_grad:
+            slope = torch.autograd.grad(z_y, stand_in, torch.ones_like(z_y), retain_graph=True, allow_unused=True)[0]
+            if slope is not None:
+                local = cos_t.amax(dim=1)
+                z_y = z_y + slope * (local - local.detach())
         per_row = torch.logaddexp(lse, z_y) - z_y
         loss = torch.where(valid, per_row, torch.zeros_like(per_row)).sum() / valid.sum().to(per_row.dtype)
         aux = getattr(head, "aux_loss", None)
