@@ -246,3 +246,21 @@ def test_old_checkpoint_keys_and_targets_load(tiny_cfg, tmp_path):
     fresh = build_module(tiny_cfg("head=sphereface"), num_classes=5)
     fresh.load_state_dict(state)  # plain load_state_dict too
     assert torch.equal(fresh.centers.weight, module.centers.weight)
+
+
+@pytest.mark.slow
+def test_bench_classifier_runs_and_refuses_a_chunk_size_beyond_c():
+    """benchmarks/bench_classifier.py at a tiny size: every path, each chunk size, ratios against dense."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    import bench_classifier
+
+    rows = bench_classifier.main(["--classes", "300", "--batch", "16", "--dim", "8", "--repeats", "1",
+                                  "--warmup", "0", "--chunks", "64", "300"])
+    assert [(r["path"], r["chunk"]) for r in rows] == [("released", None), ("dense", None), ("chunked", 64),
+                                                      ("chunked", 300)]
+    assert rows[1]["time_vs_dense"] == 1.0
+    with pytest.raises(SystemExit, match=r"--chunks 301: a chunk size must be in \[1, --classes=300\]"):
+        bench_classifier.main(["--classes", "300", "--chunks", "301"])
