@@ -227,7 +227,7 @@ def _resume_worker(rank: int, world: int, init_file: str, out_dir: str, ckpt: st
     final = {"state_dict": model.state_dict(), "optimizer_states": [optimizer.state_dict()]}
     layer.gather_checkpoint(final, "centers.weight", [optimizer])
     if rank == 0:
-        torch.save({"losses": losses, "centres": final["state_dict"]["centers.weight"],
+        torch.save({"losses": losses, "centres": final["state_dict"]["classifier.centers.weight"],
                     "momentum": final["optimizer_states"][0]["state"][2]["momentum_buffer"],
                     "backbone": backbone.weight.detach().clone()}, Path(out_dir) / f"{phase}{world}.pt")
     dist.destroy_process_group()
@@ -241,7 +241,7 @@ def test_checkpoint_of_two_processes_resumes_on_three_and_one(tmp_path):
         mp.spawn(_resume_worker, args=(world, str(tmp_path / f"init{i}"), str(tmp_path), ckpt, phase),
                  nprocs=world, join=True)
     saved = torch.load(ckpt, weights_only=False)
-    assert saved["state_dict"]["centers.weight"].shape == (RESUME_C * 2, D)  # full centres, not a shard
+    assert saved["state_dict"]["classifier.centers.weight"].shape == (RESUME_C * 2, D)  # full centres, not a shard
     assert saved["optimizer_states"][0]["state"][2]["momentum_buffer"].shape == (RESUME_C * 2, D)
     two = torch.load(tmp_path / "save2.pt", weights_only=False)
     for world in (3, 1):
@@ -309,15 +309,15 @@ def test_lightning_ddp_trains_on_two_processes_and_resumes_on_three(tmp_path):
     ckpt = first / "checkpoints" / "last.ckpt"
     saved = torch.load(ckpt, weights_only=False)
     record = saved["class_centres"]
-    assert saved["state_dict"]["centers.weight"].shape == (8, 32) and record["rows"] == 8
+    assert saved["state_dict"]["classifier.centers.weight"].shape == (8, 32) and record["rows"] == 8
     assert saved["optimizer_states"][0]["state"][record["optimizer_param_ids"][0]]["momentum_buffer"].shape == (8, 32)
     out = subprocess.run([*base, "trainer.devices=3", f"ckpt_path={ckpt}", "trainer.max_epochs=3",
                           f"hydra.run.dir={second}"], cwd=ROOT, capture_output=True, text=True, timeout=900)
     assert out.returncode == 0, out.stderr[-3000:]
     assert json.loads((second / "summary.json").read_text())["global_step"] > steps
     resumed = torch.load(second / "checkpoints" / "last.ckpt", weights_only=False)
-    assert resumed["state_dict"]["centers.weight"].shape == (8, 32)
-    assert not torch.equal(resumed["state_dict"]["centers.weight"], saved["state_dict"]["centers.weight"])
+    assert resumed["state_dict"]["classifier.centers.weight"].shape == (8, 32)
+    assert not torch.equal(resumed["state_dict"]["classifier.centers.weight"], saved["state_dict"]["classifier.centers.weight"])
     module = load_module(str(second / "checkpoints" / "last.ckpt"))  # eval/embed/export read it as any checkpoint
     assert module(torch.zeros(2, 3, 112, 112)).shape == (2, 32)
 
