@@ -227,7 +227,7 @@ def _resume_worker(rank: int, world: int, init_file: str, out_dir: str, ckpt: st
     final = {"state_dict": model.state_dict(), "optimizer_states": [optimizer.state_dict()]}
     layer.gather_checkpoint(final, "centers.weight", [optimizer])
     if rank == 0:
-        torch.save({"losses": losses, "centres": final["state_dict"]["classifier.centers.weight"],
+        torch.save({"losses": losses, "centres": final["state_dict"]["centers.weight"],
                     "momentum": final["optimizer_states"][0]["state"][2]["momentum_buffer"],
                     "backbone": backbone.weight.detach().clone()}, Path(out_dir) / f"{phase}{world}.pt")
     dist.destroy_process_group()
@@ -241,7 +241,7 @@ def test_checkpoint_of_two_processes_resumes_on_three_and_one(tmp_path):
         mp.spawn(_resume_worker, args=(world, str(tmp_path / f"init{i}"), str(tmp_path), ckpt, phase),
                  nprocs=world, join=True)
     saved = torch.load(ckpt, weights_only=False)
-    assert saved["state_dict"]["classifier.centers.weight"].shape == (RESUME_C * 2, D)  # full centres, not a shard
+    assert saved["state_dict"]["centers.weight"].shape == (RESUME_C * 2, D)  # full centres, not a shard
     assert saved["optimizer_states"][0]["state"][2]["momentum_buffer"].shape == (RESUME_C * 2, D)
     two = torch.load(tmp_path / "save2.pt", weights_only=False)
     for world in (3, 1):
