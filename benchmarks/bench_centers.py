@@ -46,10 +46,10 @@ import torch.nn.functional as F
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_heads import PeakMemory, _status_kb  # noqa: E402
 
-from elasticface.centers import FullFC  # noqa: E402
+from elasticface.classifier.centers import FullFC  # noqa: E402
 from elasticface.heads import build_head  # noqa: E402
-from elasticface.loss import margin_softmax_loss  # noqa: E402
-from elasticface.sharded_centers import ShardedFC  # noqa: E402
+from elasticface.classifier.dense import margin_softmax_loss  # noqa: E402
+from elasticface.classifier.sharded import ShardedFC  # noqa: E402
 
 
 def _in_use(device: torch.device) -> int:

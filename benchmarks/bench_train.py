@@ -149,7 +149,6 @@ def plain_seconds(cfg, batches, warmup: int, steps: int, device: str) -> float:
     import pytorch_lightning as pl
     from hydra.utils import instantiate
 
-    from elasticface.loss import margin_softmax_loss
     from elasticface.training import build_module
 
     pl.seed_everything(0, workers=False, verbose=False)
@@ -168,7 +167,7 @@ def plain_seconds(cfg, batches, warmup: int, steps: int, device: str) -> float:
             t0 = CLOCK[0]()
         images, labels = batches[i % len(batches)]
         with autocast:
-            loss = margin_softmax_loss(module.centers, module.head, module.embed(images), labels).loss
+            loss = module.classifier(module.embed(images), labels).loss
         loss.backward()
         if clip:
             nn.utils.clip_grad_norm_(module.backbone.parameters(), clip)
@@ -184,14 +183,13 @@ def step_flops(cfg, batches, device: str) -> int:
     """FLOPs of one training step (forward + backward), counted by torch.utils.flop_counter."""
     from torch.utils.flop_counter import FlopCounterMode
 
-    from elasticface.loss import margin_softmax_loss
     from elasticface.training import build_module
 
     module = build_module(cfg, cfg.bench_classes).to(device).train()
     images, labels = batches[0]
     with FlopCounterMode(display=False) as counter:
         with torch.autocast(device, dtype=torch.bfloat16, enabled="bf16" in str(cfg.trainer.precision)):
-            loss = margin_softmax_loss(module.centers, module.head, module.embed(images), labels).loss
+            loss = module.classifier(module.embed(images), labels).loss
         loss.backward()
     return counter.get_total_flops()
 

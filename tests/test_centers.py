@@ -4,7 +4,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from elasticface.centers import FullFC, PartialFC
+from elasticface.classifier.centers import FullFC, PartialFC
 
 
 def test_full_fc_gives_clamped_fp32_cosines_even_under_autocast():

@@ -19,11 +19,12 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 import torch.nn.functional as F
 
-from elasticface.centers import FullFC
-from elasticface.distributed import shard_bounds
+from elasticface.classifier import Classifier
+from elasticface.classifier.centers import FullFC
+from elasticface.classifier.distributed import shard_bounds
 from elasticface.heads import build_head
-from elasticface.loss import margin_softmax_loss
-from elasticface.sharded_centers import ShardedFC
+from elasticface.classifier.dense import margin_softmax_loss
+from elasticface.classifier.sharded import ShardedFC
 
 C, D, N, STEPS = 10, 8, 12, 2
 HEADS: dict[str, dict] = {
@@ -36,16 +37,20 @@ HEADS: dict[str, dict] = {
     "subcenter_arcface": {"k": 3},
     "magface": {},
 }
+#: heads checked only on the chunked path (the dense sharded path is checked on HEADS)
+CHUNKED_HEADS: dict[str, dict] = {**HEADS, "mv_softmax": {}, "circle": {}, "li_arcface": {}, "adaface": {},
+                                  "elastic_cos_plus": {"seed": 3}}
+PATHS = {"dense": HEADS, "chunked": CHUNKED_HEADS}
 
 
 def _head(case: str):
     name = "elastic_arc_plus" if case.startswith("elastic_arc_plus") else case
-    return build_head(name, **HEADS[case])
+    return build_head(name, **CHUNKED_HEADS[case])
 
 
 def _inputs(case: str, step: int) -> tuple[torch.Tensor, torch.Tensor]:
     g = torch.Generator().manual_seed(100 * step + len(case))
-    emb = torch.randn(N, D, generator=g) * (8.0 if case == "magface" else 1.0)  # MagFace wants norms in [10, 110]
+    emb = torch.randn(N, D, generator=g) * (8.0 if case in ("magface", "adaface") else 1.0)  # MagFace: norms in [10, 110]
     labels = torch.randint(0, C, (N,), generator=g)
     labels[3] = -1  # a row without a label: ignored by the loss and by every batch statistic
     return emb, labels
@@ -85,22 +90,30 @@ def _exactness_worker(rank: int, world: int, init_file: str, out_dir: str) -> No
     _init(rank, world, init_file)
     rows = N // world
     results = {}
-    for case in HEADS:
-        head = _head(case).train()
-        k = head.centers_per_class
-        layer = ShardedFC(D, C, centers_per_class=k)
-        layer.weight.data.copy_(_centres(k))
-        layer.shard(rank, world)
-        steps = []
-        for step in range(STEPS):
-            emb, labels = _inputs(case, step)
-            local = emb[rank * rows : (rank + 1) * rows].clone().requires_grad_(True)
-            layer.weight.grad = None
-            out = margin_softmax_loss(layer, head, local, labels[rank * rows : (rank + 1) * rows])
-            out.loss.backward()
-            steps.append({"loss": out.loss.detach(), "emb_grad": local.grad, "centre_grad": layer.weight.grad.clone(),
-                          "rows": layer.row_slice})
-        results[case] = steps
+    for path, heads in PATHS.items():
+        for case in heads:
+            head = _head(case).train()
+            k = head.centers_per_class
+            layer = ShardedFC(D, C, centers_per_class=k)
+            layer.weight.data.copy_(_centres(k))
+            layer.shard(rank, world)
+            classifier = Classifier(layer, head, chunk_size=3, path="chunked")
+            steps = []
+            for step in range(STEPS):
+                emb, labels = _inputs(case, step)
+                local = emb[rank * rows : (rank + 1) * rows].clone().requires_grad_(True)
+                layer.weight.grad = None
+                if path == "dense":
+                    out = margin_softmax_loss(layer, head, local, labels[rank * rows : (rank + 1) * rows])
+                    out.loss.backward()
+                    emb_grad = local.grad
+                else:
+                    out = classifier(local, labels[rank * rows : (rank + 1) * rows])
+                    out.loss.backward()
+                    emb_grad = local.grad / world  # the classifier pre-scales for DDP's average over ranks
+                steps.append({"loss": out.loss.detach(), "emb_grad": emb_grad,
+                              "centre_grad": layer.weight.grad.clone(), "rows": layer.row_slice})
+            results[(path, case)] = steps
     # Partial FC sampled on each shard: every positive of the global batch keeps its column somewhere
     layer = ShardedFC(D, 200, sample_rate=0.05)
     layer.shard(rank, world)
@@ -130,17 +143,17 @@ def test_sharded_heads_match_one_process(world, tmp_path):
     mp.spawn(_exactness_worker, args=(world, str(tmp_path / "init"), str(tmp_path)), nprocs=world, join=True)
     results = [torch.load(tmp_path / f"rank{r}.pt", weights_only=False) for r in range(world)]
     rows = N // world
-    for case in HEADS:
+    for path, case in [(p, c) for p, heads in PATHS.items() for c in heads]:
         ref = reference(case)
         for step in range(STEPS):
             for rank, res in enumerate(results):
-                got = res[case][step]
-                assert _relative_error(got["loss"], ref[step]["loss"]) < 1e-5, (case, step, rank)
-                assert _relative_error(got["emb_grad"], ref[step]["emb_grad"][rank * rows : (rank + 1) * rows]) < 1e-5, (
-                    case, step, rank)
-                assert _relative_error(got["centre_grad"], ref[step]["centre_grad"][got["rows"]]) < 1e-5, (case, step, rank)
+                got = res[(path, case)][step]
+                where = (path, case, step, rank)
+                assert _relative_error(got["loss"], ref[step]["loss"]) < 1e-5, where
+                assert _relative_error(got["emb_grad"], ref[step]["emb_grad"][rank * rows : (rank + 1) * rows]) < 1e-5, where
+                assert _relative_error(got["centre_grad"], ref[step]["centre_grad"][got["rows"]]) < 1e-5, where
             # each rank's centre gradient is its own slice: together they tile the full gradient
-            full = torch.cat([res[case][step]["centre_grad"] for res in results])
+            full = torch.cat([res[(path, case)][step]["centre_grad"] for res in results])
             assert full.shape == ref[step]["centre_grad"].shape
     for rank, res in enumerate(results):
         sampled = res["sampled"]
@@ -173,7 +186,7 @@ def _resume_worker(rank: int, world: int, init_file: str, out_dir: str, ckpt: st
     """Train a linear backbone + ShardedFC with SGD momentum; 'save' writes a checkpoint after two steps."""
     from torch.nn.parallel import DistributedDataParallel
 
-    from elasticface.distributed import scale_grad
+    from elasticface.utils.distributed import scale_grad
 
     _init(rank, world, init_file)
     torch.manual_seed(0)
@@ -273,8 +286,10 @@ def test_checkpoint_for_another_number_of_classes_is_refused(tiny_cfg):
     from elasticface.training import build_module
 
     module = build_module(tiny_cfg("model=model_parallel"), num_classes=9)
-    with pytest.raises(ValueError, match=r"hold 8 classes \(8 rows of centers.weight\) but the training data has num_classes=9"):
-        module.on_load_checkpoint({"state_dict": {"centers.weight": torch.zeros(8, 32)}})
+    msg = r"hold 8 classes \(8 rows of classifier.centers.weight\) but the training data has num_classes=9"
+    for key in ("classifier.centers.weight", "centers.weight"):  # the key of checkpoints before the classifier package
+        with pytest.raises(ValueError, match=msg):
+            module.on_load_checkpoint({"state_dict": {key: torch.zeros(8, 32)}})
     module.on_load_checkpoint({"state_dict": {"centers.weight": torch.zeros(9, 32)}})
 
 
@@ -294,15 +309,15 @@ def test_lightning_ddp_trains_on_two_processes_and_resumes_on_three(tmp_path):
     ckpt = first / "checkpoints" / "last.ckpt"
     saved = torch.load(ckpt, weights_only=False)
     record = saved["class_centres"]
-    assert saved["state_dict"]["centers.weight"].shape == (8, 32) and record["rows"] == 8
+    assert saved["state_dict"]["classifier.centers.weight"].shape == (8, 32) and record["rows"] == 8
     assert saved["optimizer_states"][0]["state"][record["optimizer_param_ids"][0]]["momentum_buffer"].shape == (8, 32)
     out = subprocess.run([*base, "trainer.devices=3", f"ckpt_path={ckpt}", "trainer.max_epochs=3",
                           f"hydra.run.dir={second}"], cwd=ROOT, capture_output=True, text=True, timeout=900)
     assert out.returncode == 0, out.stderr[-3000:]
     assert json.loads((second / "summary.json").read_text())["global_step"] > steps
     resumed = torch.load(second / "checkpoints" / "last.ckpt", weights_only=False)
-    assert resumed["state_dict"]["centers.weight"].shape == (8, 32)
-    assert not torch.equal(resumed["state_dict"]["centers.weight"], saved["state_dict"]["centers.weight"])
+    assert resumed["state_dict"]["classifier.centers.weight"].shape == (8, 32)
+    assert not torch.equal(resumed["state_dict"]["classifier.centers.weight"], saved["state_dict"]["classifier.centers.weight"])
     module = load_module(str(second / "checkpoints" / "last.ckpt"))  # eval/embed/export read it as any checkpoint
     assert module(torch.zeros(2, 3, 112, 112)).shape == (2, 32)
 

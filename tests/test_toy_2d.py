@@ -78,7 +78,7 @@ def test_toy_2d_run_writes_its_geometry(tiny_cfg, tmp_path):
     assert recomputed["class_std_deg"] == pytest.approx(saved["class_std_deg"])
     assert (tmp_path / "toy_2d.png").stat().st_size > 0
     # the model's own embeddings, as the callback computed them
-    centres = torch.load(tmp_path / "checkpoints" / "last.ckpt", weights_only=False)["state_dict"]["centers.weight"]
+    centres = torch.load(tmp_path / "checkpoints" / "last.ckpt", weights_only=False)["state_dict"]["classifier.centers.weight"]
     np.testing.assert_allclose(result["centres"], centres.numpy(), rtol=1e-6)
 
 

@@ -35,7 +35,7 @@ def test_resume_continues_step_count_optimizer_and_margin_rng(tiny_cfg, tmp_path
     first = torch.load(tmp_path / "checkpoints" / "last.ckpt", weights_only=False)
     steps_per_epoch = first["global_step"]
     assert steps_per_epoch > 0
-    head_state = {k: v for k, v in first["state_dict"].items() if k.startswith("head.")}
+    head_state = {k: v for k, v in first["state_dict"].items() if k.startswith("classifier.head.")}
     assert any(k.endswith("_extra_state") for k in head_state), "margin RNG state must be in the checkpoint"
     resumed = run(tiny_cfg("trainer.max_epochs=2", f"ckpt_path={tmp_path / 'checkpoints' / 'last.ckpt'}"))
     assert resumed["global_step"] == 2 * steps_per_epoch

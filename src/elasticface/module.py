@@ -1,11 +1,10 @@
-"""FaceRecognitionModule: backbone -> embedding -> class centres -> margin head -> cross-entropy.
+"""FaceRecognitionModule: backbone -> embedding -> class layer (centres, margin head, cross-entropy).
 
 The module is built from plain config dicts (saved as hyperparameters), so `load_from_checkpoint(path)`
 rebuilds the exact model with no Hydra and no extra arguments, which eval.py and export rely on.
 
-With `ShardedFC` centres under DDP (`model=model_parallel`) each rank keeps a slice of the classes
-(see sharded_centers.py): the step gathers the global batch, the head sees this rank's columns, and
-the cross-entropy is reduced across ranks. Checkpoints still hold all centres.
+The class layer is :class:`elasticface.classifier.Classifier`: the step calls it once and logs what it
+returns; sharded centres (`model=model_parallel`) and their checkpoint gather/slice live there too.
 """
 
 from __future__ import annotations
@@ -18,17 +17,39 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 from torch import Tensor, nn
 
+from elasticface.classifier import Classifier
+from elasticface.utils.distributed import rank_and_world
 from elasticface.data.faults import too_small_to_train
-from elasticface.distributed import ClassShard, rank_and_world, scale_grad
-from elasticface.loss import margin_softmax_loss
 from elasticface.metrics.verification import VerificationAccuracy, flip_fused_embeddings
-from elasticface.sharded_centers import ShardedFC
 from elasticface.utils.lightning_private import attached_trainer, should_update_logs
 from elasticface.utils.speed import compile_available
+
+#: class-layer targets of checkpoints saved before the classifier package (their hyperparameters name them)
+_MOVED_TARGETS = {
+    "elasticface.centers.FullFC": "elasticface.classifier.FullFC",
+    "elasticface.centers.PartialFC": "elasticface.classifier.PartialFC",
+    "elasticface.sharded_centers.ShardedFC": "elasticface.classifier.ShardedFC",
+}
+#: state-dict prefixes of checkpoints saved before the classifier package
+_MOVED_PREFIXES = (("centers.", "classifier.centers."), ("head.", "classifier.head."))
 
 
 def _plain(cfg: Any) -> Any:
     return OmegaConf.to_container(cfg, resolve=True) if isinstance(cfg, DictConfig) else cfg
+
+
+def _moved_target(cfg: Any) -> Any:
+    if isinstance(cfg, dict) and cfg.get("_target_") in _MOVED_TARGETS:
+        return {**cfg, "_target_": _MOVED_TARGETS[cfg["_target_"]]}
+    return cfg
+
+
+def _remap_old_keys(module: nn.Module, state_dict: dict[str, Any], prefix: str, *args: Any) -> None:
+    """Load-time rename of the class layer's keys of old checkpoints (`centers.weight` -> `classifier.centers.weight`)."""
+    for key in list(state_dict):
+        for old, new in _MOVED_PREFIXES:
+            if key.startswith(prefix + old):
+                state_dict[prefix + new + key[len(prefix + old):]] = state_dict.pop(key)
 
 
 def partial_validation(trainer: pl.Trainer) -> bool:
@@ -49,23 +70,29 @@ class FaceRecognitionModule(pl.LightningModule):
         embedding_size: int = 512,
         clip_grad_norm: float | None = 5.0,
         val_flip: bool = True,
+        classifier: dict | None = None,
         backbone_lr_scale: float = 1.0,
         freeze_backbone_bn: bool = False,
         compile: bool = False,
         channels_last: bool = False,
     ) -> None:
         super().__init__()
-        if isinstance(backbone_lr_scale, bool) or not isinstance(backbone_lr_scale, (int, float)) or not backbone_lr_scale >= 0:
+        if isinstance(backbone_lr_scale, bool) or not isinstance(backbone_lr_scale, (int, float)) \
+                or not backbone_lr_scale >= 0:
             raise ValueError(f"model.backbone_lr_scale={backbone_lr_scale!r}: expected a number >= 0")
-        backbone, head, centers, optimizer, scheduler = map(_plain, (backbone, head, centers, optimizer, scheduler))
+        backbone, head, centers, optimizer, scheduler, classifier = map(
+            _plain, (backbone, head, centers, optimizer, scheduler, classifier))
+        centers = _moved_target(centers)
         self.save_hyperparameters(logger=False)  # train.py logs the whole resolved config instead
         self.backbone: nn.Module = instantiate(backbone)
-        self.head: nn.Module = instantiate(head)
-        self.centers: nn.Module = instantiate(centers)(
+        head_module: nn.Module = instantiate(head)
+        centers_module = instantiate(centers)(
             embedding_size=embedding_size, num_classes=num_classes,
-            centers_per_class=getattr(self.head, "centers_per_class", 1),
-            normalize=getattr(self.head, "normalized", True),
+            centers_per_class=getattr(head_module, "centers_per_class", 1),
+            normalize=getattr(head_module, "normalized", True),
         )
+        self.classifier = Classifier(centers_module, head_module, **(classifier or {}))
+        self._register_load_state_dict_pre_hook(_remap_old_keys, with_module=True)
         self.channels_last = channels_last
         if channels_last:
             self.backbone.to(memory_format=torch.channels_last)
@@ -77,6 +104,16 @@ class FaceRecognitionModule(pl.LightningModule):
         self._theta_y: Tensor | None = None
         self._theta_valid: Tensor | None = None
         self._skipped_records: Tensor | None = None
+
+    @property
+    def head(self) -> nn.Module:
+        """The margin head (inside the classifier); callbacks read its settings."""
+        return self.classifier.head
+
+    @property
+    def centers(self) -> nn.Module:
+        """The class centres (inside the classifier)."""
+        return self.classifier.centers
 
     # -- model ---------------------------------------------------------------------------------------
     def embed(self, images: Tensor) -> Tensor:
@@ -93,19 +130,14 @@ class FaceRecognitionModule(pl.LightningModule):
         images, labels = batch[0], batch[1]
         if too_small_to_train(images):  # too few records left readable; counted by the DataModule
             return None
-        embeddings = self.embed(images)
-        if self.sharded_centers:
-            # DDP averages the backbone's gradients over ranks, but the gathered batch already hands each
-            # rank the full dL/d(its embeddings): scale by world so the average is the exact gradient.
-            embeddings = scale_grad(embeddings, self.centers.world)
-        out = margin_softmax_loss(self.centers, self.head, embeddings, labels)
+        out = self.classifier(self.embed(images), labels)
         # Per-step values only on the steps the loggers write: each `self.log` costs Lightning about a
         # millisecond of Python, and a progress-bar value a host sync (the bar reads train/loss itself).
         if self.logging_step:
             if out.aux is not None:
                 self.log("train/aux_loss", out.aux.detach(), on_step=True)
             self.log("train/loss", out.loss.detach(), on_step=True)
-        self.log_batch_stats(out.cos, out.labels, batch, out.shard)
+        self.log_batch_stats(out, batch)
         return out.loss
 
     @property
@@ -123,23 +155,16 @@ class FaceRecognitionModule(pl.LightningModule):
     @property
     def sharded_centers(self) -> bool:
         """True when this rank holds only a slice of the class centres (ShardedFC under DDP)."""
-        return isinstance(self.centers, ShardedFC) and self.centers.is_sharded
+        return self.classifier.sharded
 
-    def log_batch_stats(self, cos: Tensor, labels: Tensor, batch: tuple[Tensor, ...],
-                        shard: ClassShard | None = None) -> None:
+    def log_batch_stats(self, out: Any, batch: tuple[Tensor, ...]) -> None:
         """Margins drawn this step, the target angles, and records the loader had to drop.
 
         Keeping only rows with a label (a boolean mask) syncs the device with the host, so the step
         stores all rows and the statistics are computed only on the steps the loggers write.
         """
         if getattr(self.head, "normalized", True):
-            k = getattr(self.head, "centers_per_class", 1)  # sub-centre heads: columns c*K..c*K+K-1, the closest speaks
-            columns = labels.clamp_min(0)[:, None] * k + torch.arange(k, device=labels.device)
-            cos_y = cos.detach().gather(1, columns).amax(dim=1)
-            valid = labels >= 0
-            if shard is not None:  # the target column of a row may live on another rank
-                cos_y, valid = shard.target_cos(cos_y, valid), shard.valid
-            self._theta_y, self._theta_valid = torch.acos(cos_y.clamp(-1.0, 1.0)), valid
+            self._theta_y, self._theta_valid = out.theta_y, out.valid
         if len(batch) > 2 and isinstance(batch[2], Tensor):  # summed on the device, logged at the epoch's end
             skipped = batch[2].float().sum()
             self._skipped_records = skipped if self._skipped_records is None else self._skipped_records + skipped
@@ -148,7 +173,7 @@ class FaceRecognitionModule(pl.LightningModule):
         theta_y = self.last_theta_y
         if theta_y is not None and theta_y.numel():
             self.log("train/theta_y_mean_deg", torch.rad2deg(theta_y.mean()), on_step=True)
-        margins = getattr(self.head, "last_margins", None)
+        margins = out.margins if out.margin_valid is None or out.margins is None else out.margins[out.margin_valid]
         if margins is not None and margins.numel() > 1:
             self.log("train/margin_mean", margins.mean(), on_step=True)
             self.log("train/margin_std", margins.std(), on_step=True)
@@ -206,37 +231,28 @@ class FaceRecognitionModule(pl.LightningModule):
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
 
     # -- sharded centres and checkpoints ---------------------------------------------------------------
-    _CENTERS_KEY = "centers.weight"
+    _CENTERS_KEY = "classifier.centers.weight"
 
     def configure_model(self) -> None:
         """Keep this rank's slice of ShardedFC centres: after the process group exists, before a checkpoint
         is restored, DDP wraps the module and the optimizer is built."""
-        rank, world = rank_and_world()
-        if isinstance(self.centers, ShardedFC) and world > 1:
-            self.centers.shard(rank, world)
-            # the shard is this rank's own: DDP must neither broadcast nor all-reduce it
+        own = self.classifier.shard(*rank_and_world())
+        if own:  # the shard is this rank's own: DDP must neither broadcast nor all-reduce it
             self._ddp_params_and_buffers_to_ignore = [name for name, p in self.named_parameters()
-                                                      if p is self.centers.weight]
+                                                      if any(p is q for q in own)]
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        if isinstance(self.centers, ShardedFC):
-            optimizers = list(attached_trainer(self).optimizers) if attached_trainer(self) is not None else []
-            self.centers.gather_checkpoint(checkpoint, self._CENTERS_KEY, optimizers)
+        trainer = attached_trainer(self)
+        optimizers = list(trainer.optimizers) if trainer is not None else []
+        self.classifier.gather_checkpoint(checkpoint, self._CENTERS_KEY, optimizers)
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        """Refuse centres for another number of classes; keep this rank's rows of sharded centres."""
-        weight = checkpoint.get("state_dict", {}).get(self._CENTERS_KEY)
-        k = self.centers.centers_per_class
-        expected = self.hparams.num_classes * k
-        if weight is not None and weight.shape[0] != expected:
-            path = getattr(attached_trainer(self), "ckpt_path", None) or "the checkpoint"
-            raise ValueError(
-                f"{path}: its class centres hold {weight.shape[0] // k} classes ({weight.shape[0]} rows of "
-                f"{self._CENTERS_KEY}) but the training data has num_classes={self.hparams.num_classes} "
-                f"({expected} rows with {k} centres per class)"
-            )
-        if isinstance(self.centers, ShardedFC):
-            self.centers.slice_checkpoint(checkpoint, self._CENTERS_KEY)
+        """Rename old checkpoints' class-layer keys; refuse centres for another number of classes; keep
+        this rank's rows of sharded centres."""
+        state = checkpoint.get("state_dict", {})
+        _remap_old_keys(self, state, "")
+        path = getattr(attached_trainer(self), "ckpt_path", None) or "the checkpoint"
+        self.classifier.slice_checkpoint(checkpoint, self._CENTERS_KEY, self.hparams.num_classes, str(path))
 
     # -- validation ----------------------------------------------------------------------------------
     def setup(self, stage: str) -> None:

@@ -6,6 +6,10 @@ Fixed: ``s = sqrt(2)·log(C - 1)``. Dynamic (default): every training step
 ``scale`` buffer (NaN until the first step sets the fixed value), so it survives checkpoints.
 Only training-mode calls update the scale. With the class centres sharded across ranks, ``B_avg``,
 ``θ_med`` and ``C`` are those of the global batch and all classes.
+
+Chunked (:meth:`AdaCos.plan`): the dynamic scale needs ``B_avg``, a log-sum-exp over the non-target
+classes at the old scale, before the logits at the new scale exist; the classifier gives it one extra
+no-grad pass over the classes (the benchmark prints its cost).
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ import math
 import torch
 from torch import Tensor
 
-from .base import MarginHead
+from .base import HeadPlan, MarginHead
 from .functional import batch_logsumexp, batch_num_columns, batch_target_cos, gather_target, safe_acos
 
 
@@ -70,6 +74,31 @@ class AdaCos(MarginHead):
             s_new = torch.where(ok, s_new, s_old)
             self.scale.copy_(s_new.to(self.scale.dtype))
         return cos * s_new
+
+    def train_plan(self, cos_y, valid, norms, num_columns, nontarget_lse) -> HeadPlan:
+        fixed = fixed_scale(self.num_classes or num_columns)
+        if not self.dynamic:
+            s_old = torch.tensor(fixed, dtype=cos_y.dtype, device=cos_y.device)
+        else:
+            cur = self.scale.to(cos_y.dtype)
+            s_old = torch.where(torch.isnan(cur), torch.full_like(cur, fixed), cur)
+        if not self.dynamic or not self.training:
+            return HeadPlan(cos_y * s_old, lambda c: c * s_old, s_old)
+        if nontarget_lse is None:
+            raise ValueError("AdaCos(dynamic=True) needs nontarget_lse: its scale reads every non-target logit")
+        with torch.no_grad():
+            c = cos_y.detach()
+            log_nt = nontarget_lse(lambda x: x * s_old, s_old)
+            log_nt = torch.where(valid, log_nt, torch.full_like(log_nt, -float("inf")))
+            n = valid.sum().to(c.dtype)
+            log_b_avg = torch.logsumexp(log_nt, dim=0) - torch.log(n.clamp_min(1.0))
+            theta = torch.where(valid, safe_acos(c), torch.full_like(c, float("nan")))
+            theta_med = torch.nanmedian(theta).clamp(max=math.pi / 4)
+            s_new = log_b_avg / torch.cos(theta_med)
+            ok = torch.isfinite(s_new) & (s_new > 0) & (n > 0)
+            s_new = torch.where(ok, s_new, s_old)
+            self.scale.copy_(s_new.to(self.scale.dtype))
+        return HeadPlan(cos_y * s_new, lambda x: x * s_new, s_new)
 
     def extra_repr(self) -> str:
         return f"num_classes={self.num_classes}, dynamic={self.dynamic}"

@@ -13,8 +13,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from .base import GuardedHead, check_range
-from .functional import batch_valid, margin_logits
+from .base import GuardedHead, HeadPlan, check_range
+from .functional import batch_valid, margin_logits, margin_plan
 
 
 class AdaFace(GuardedHead):
@@ -42,8 +42,8 @@ class AdaFace(GuardedHead):
         self.register_buffer("batch_mean", torch.full((), 20.0))
         self.register_buffer("batch_std", torch.full((), 100.0))
 
-    def train_logits(self, cos: Tensor, labels: Tensor, norms: Tensor | None) -> Tensor:
-        assert norms is not None
+    def norm_margins(self, norms: Tensor) -> tuple[Tensor, Tensor]:
+        """(angular, additive) margins from the norms; updates the EMA statistics in training."""
         safe = norms.detach().clamp(0.001, 100.0)
         if self.training and safe.numel() > 1:
             with torch.no_grad():
@@ -53,9 +53,19 @@ class AdaFace(GuardedHead):
         mean, std = self.batch_mean.to(safe.dtype), self.batch_std.to(safe.dtype)
         z = ((safe - mean) / (std + self.eps) * self.h).clamp(-1.0, 1.0)
         g_angle = -self.m * z
-        g_add = self.m + self.m * z
+        return g_angle, self.m + self.m * z
+
+    def train_logits(self, cos: Tensor, labels: Tensor, norms: Tensor | None) -> Tensor:
+        assert norms is not None
+        g_angle, g_add = self.norm_margins(norms)
         self._record_margins(g_angle, batch_valid(labels))
         return margin_logits(cos, labels, self.s, m2=g_angle, m3=g_add, guard=self.guard, gradient=self.gradient)
+
+    def train_plan(self, cos_y, valid, norms, num_columns, nontarget_lse) -> HeadPlan:
+        assert norms is not None
+        g_angle, g_add = self.norm_margins(norms)
+        self._record_margins(g_angle, valid)
+        return margin_plan(cos_y, self.s, m2=g_angle, m3=g_add, guard=self.guard, gradient=self.gradient)
 
     def extra_repr(self) -> str:
         return f"s={self.s}, m={self.m}, h={self.h}, t_alpha={self.t_alpha}, guard={self.guard}"

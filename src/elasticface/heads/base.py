@@ -1,4 +1,11 @@
-"""The head contract: ``(cos[B, C], labels[B] | None, norms[B] | None) -> logits[B, C]``.
+"""The head contract, in two equivalent forms.
+
+- Dense (the oracle): ``(cos[B, C], labels[B] | None, norms[B] | None) -> logits[B, C]``.
+- What the head changes (:meth:`MarginHead.plan`, used by the chunked cross-entropy of
+  :mod:`elasticface.classifier`): from the target cosines ``cos θ_y [B]`` (and norms, batch
+  statistics) the target logits ``z_y [B]``, plus an elementwise map of any block of non-target
+  cosines ``[B, n]`` to their logits, whose per-row parameters are B-sized and detached. The
+  classifier never builds ``[B, C]``; tests check both forms give the same loss and gradients.
 
 Heads hold no class weights, so any head works with any centres layer. The base class upcasts to
 fp32 with autocast disabled (float64 stays float64, for oracles and gradcheck), routes eval calls
@@ -9,6 +16,8 @@ reads: :attr:`last_margins` and :attr:`aux_loss`.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor, nn
@@ -50,6 +59,27 @@ def check_choice(name: str, value: str, choices: tuple[str, ...]) -> str:
     return value
 
 
+@dataclass
+class HeadPlan:
+    """What a head does to one training batch, in O(B) memory.
+
+    ``target``: the target logits ``z_y [B]`` (differentiable in ``cos θ_y`` and the norms).
+    ``nontarget``: elementwise map of a block of non-target cosines ``[B, n]`` to logits; its
+    per-row parameters are detached ``[B]`` tensors captured by the closure.
+    ``scale``: set when ``nontarget(c) == scale * c`` (a positive number or detached 0-d tensor): the
+    classifier then folds it into the embeddings (its fast path).
+    """
+
+    target: Tensor
+    nontarget: Callable[[Tensor], Tensor]
+    scale: float | Tensor | None = None
+
+
+#: ``nontarget_lse(fn, scale) -> [B]``: detached log-sum-exp of ``fn(cos)`` over each row's non-target
+#: columns (one extra pass over the classes, for heads whose batch statistic needs it: AdaCos)
+NonTargetLSE = Callable[..., Tensor]
+
+
 class MarginHead(nn.Module):
     """Base class of every margin head.
 
@@ -75,6 +105,11 @@ class MarginHead(nn.Module):
         if self._margins is None:
             return None
         return self._margins[self._valid] if self._valid is not None else self._margins
+
+    @property
+    def step_margins(self) -> tuple[Tensor, Tensor | None] | None:
+        """``(margins [N], valid [N] | None)`` of the last training forward, unmasked (no host sync)."""
+        return None if self._margins is None else (self._margins, self._valid)
 
     def __getstate__(self) -> dict:
         # the per-step outputs may hold autograd graphs, which deepcopy and pickle refuse
@@ -113,6 +148,32 @@ class MarginHead(nn.Module):
 
     def train_logits(self, cos: Tensor, labels: Tensor, norms: Tensor | None) -> Tensor:
         raise NotImplementedError
+
+    #: whether :meth:`plan` exists; a head without one is run densely by the classifier (its docstring says why)
+    chunkable: bool = True
+
+    def plan(self, cos_y: Tensor, valid: Tensor, norms: Tensor | None = None, *, num_columns: int,
+             nontarget_lse: NonTargetLSE | None = None) -> HeadPlan:
+        """The head on one training batch, given each row's target cosine ``cos_y [B]`` and ``valid [B]``
+        (rows with a label), with the same side effects (margins drawn, buffers updated) as a dense call.
+
+        ``num_columns``: the number of class columns the dense call would see (all shards, sampled).
+        """
+        with torch.autocast(device_type=cos_y.device.type, enabled=False):
+            if cos_y.dtype != torch.float64:
+                cos_y = cos_y.float()
+            self._margins = None
+            self._valid = None
+            self.aux_loss = None
+            if norms is not None:
+                norms = norms.to(cos_y.dtype).reshape(-1)
+            elif self.needs_norms:
+                raise ValueError(f"{type(self).__name__} needs the embedding norms: pass norms=[B]")
+            return self.train_plan(cos_y, valid, norms, num_columns, nontarget_lse)
+
+    def train_plan(self, cos_y: Tensor, valid: Tensor, norms: Tensor | None, num_columns: int,
+                   nontarget_lse: NonTargetLSE | None) -> HeadPlan:
+        raise NotImplementedError(f"{type(self).__name__} has no chunked form")
 
     def extra_repr(self) -> str:
         return f"s={self.s}" if self.s is not None else ""

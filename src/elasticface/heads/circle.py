@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from torch import Tensor
 
-from .base import MarginHead, check_range
+from .base import HeadPlan, MarginHead, check_range
 from .functional import gather_target, put_target
 
 
@@ -28,6 +28,11 @@ class Circle(MarginHead):
         alpha_p = (1.0 + self.m - cos_y.detach()).clamp_min(0.0)
         target = alpha_p * (cos_y - (1.0 - self.m)) * self.s
         return put_target(logits, cols, valid, target)
+
+    def train_plan(self, cos_y, valid, norms, num_columns, nontarget_lse) -> HeadPlan:
+        s, m = self.s, self.m
+        alpha_p = (1.0 + m - cos_y.detach()).clamp_min(0.0)
+        return HeadPlan(alpha_p * (cos_y - (1.0 - m)) * s, lambda c: (c.detach() + m).clamp_min(0.0) * (c - m) * s)
 
     def extra_repr(self) -> str:
         return f"s={self.s}, m={self.m}"

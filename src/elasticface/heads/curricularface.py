@@ -14,7 +14,7 @@ import math
 import torch
 from torch import Tensor
 
-from .base import GuardedHead, check_range
+from .base import GuardedHead, HeadPlan, check_range
 from .functional import batch_target_cos, gather_target, margin_target, put_target
 
 
@@ -47,6 +47,24 @@ class CurricularFace(GuardedHead):
         hard = cos > threshold.unsqueeze(1)
         logits = torch.where(hard, cos * (t + cos), cos) * self.s
         return put_target(logits, cols, valid, target * self.s)
+
+    def train_plan(self, cos_y, valid, norms, num_columns, nontarget_lse) -> HeadPlan:
+        target = margin_target(cos_y, m2=self.m, guard=self.guard, gradient=self.gradient) * self.s
+        with torch.no_grad():
+            c = cos_y.detach()
+            threshold = margin_target(c, m2=self.m, guard="none")
+            threshold = torch.where(valid, threshold, torch.full_like(threshold, float("inf")))[:, None]
+            if self.training:
+                n = valid.sum()
+                mean = torch.where(valid, c, torch.zeros_like(c)).sum() / n.clamp_min(1)
+                new_t = self.momentum * mean + (1.0 - self.momentum) * self.t.to(c.dtype)
+                self.t.copy_(torch.where(n > 0, new_t, self.t.to(c.dtype)).to(self.t.dtype))
+        t, s = self.t.to(c.dtype).clone(), self.s
+
+        def nontarget(cos: Tensor) -> Tensor:
+            return torch.where(cos > threshold, cos * (t + cos), cos) * s
+
+        return HeadPlan(target, nontarget)
 
     def extra_repr(self) -> str:
         return f"s={self.s}, m={self.m}, momentum={self.momentum}, guard={self.guard}, gradient={self.gradient}"

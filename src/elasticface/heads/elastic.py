@@ -39,10 +39,11 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
-from elasticface.distributed import active_shard, rank_and_world
+from elasticface.heads.shard import active_shard
+from elasticface.utils.distributed import rank_and_world
 
-from .base import GuardedHead, check_choice, check_range
-from .functional import batch_target_cos, batch_valid, gather_target, margin_logits
+from .base import GuardedHead, HeadPlan, check_choice, check_range
+from .functional import batch_target_cos, batch_valid, gather_target, margin_logits, margin_plan
 
 from elasticface.utils.seeding import stream_seed
 
@@ -133,12 +134,16 @@ class _ElasticBase(GuardedHead):
             draws = (self.m + self.sigma * z).clamp(self.m - t * self.sigma, self.m + t * self.sigma).float()
         return draws.to(device, non_blocking=True) if device is not None else draws  # a blocking copy waits for the device
 
-    def assign(self, draws: Tensor, cos_y: Tensor, valid: Tensor) -> Tensor:
-        """Apply the '+' rule (if enabled) locally or over the global DDP batch."""
+    def assign(self, draws: Tensor, cos_y: Tensor, valid: Tensor, whole_batch: bool = False) -> Tensor:
+        """Apply the '+' rule (if enabled) locally or over the global DDP batch.
+
+        ``whole_batch``: ``cos_y`` and ``valid`` already hold every row's target (the chunked classifier
+        reads them from the rank owning each class), so no reduction over class shards is needed.
+        """
         if not self.plus:
             return draws
         if active_shard() is not None:
-            key, valid = batch_target_cos(cos_y, valid)
+            key, valid = (cos_y.detach(), valid) if whole_batch else batch_target_cos(cos_y, valid)
             return rank_assign(draws, key, valid, self.plus_assignment)
         key = cos_y.detach()
         rank, world = rank_and_world()
@@ -167,6 +172,17 @@ class _ElasticBase(GuardedHead):
         self._record_margins(margins, batch_valid(labels))
         return self._with_margins(cos, labels, margins)
 
+    def train_plan(self, cos_y, valid, norms, num_columns, nontarget_lse) -> HeadPlan:
+        draws = self.sample_margins(cos_y.numel(), cos_y.device)
+        if self.sigma == 0.0:
+            self._record_margins(draws, valid)
+            margins: float | Tensor = self.m
+        else:
+            margins = self.assign(draws, cos_y, valid, whole_batch=True).to(cos_y.dtype)
+            self._record_margins(margins, valid)
+        where = {self._margin_slot: margins}
+        return margin_plan(cos_y, self.s, guard=self.guard, gradient=self.gradient, **where)
+
     def extra_repr(self) -> str:
         return (
             f"s={self.s}, m={self.m}, sigma={self.sigma}, plus={self.plus}, "
@@ -193,6 +209,8 @@ class ElasticArcFace(_ElasticBase):
     ) -> None:
         super().__init__(s, m, sigma, plus, plus_assignment, rank_scope, truncate, seed, guard, gradient)
 
+    _margin_slot = "m2"
+
     def _with_margins(self, cos: Tensor, labels: Tensor, margins: float | Tensor) -> Tensor:
         return margin_logits(cos, labels, self.s, m2=margins, guard=self.guard, gradient=self.gradient)
 
@@ -216,6 +234,8 @@ class ElasticCosFace(_ElasticBase):
         gradient: str = "exact",
     ) -> None:
         super().__init__(s, m, sigma, plus, plus_assignment, rank_scope, truncate, seed, guard, gradient)
+
+    _margin_slot = "m3"
 
     def _with_margins(self, cos: Tensor, labels: Tensor, margins: float | Tensor) -> Tensor:
         return margin_logits(cos, labels, self.s, m3=margins, guard=self.guard, gradient=self.gradient)

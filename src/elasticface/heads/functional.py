@@ -26,7 +26,7 @@ from typing import Any, Callable, Literal, Union
 import torch
 from torch import Tensor
 
-from elasticface.distributed import active_shard
+from elasticface.heads.shard import active_shard
 
 Guard = Literal["none", "easy", "thmm", "clip", "continuous"]
 Gradient = Literal["exact", "straight_through"]
@@ -112,7 +112,7 @@ def gather_target(cos: Tensor, labels: Tensor) -> tuple[Tensor, Tensor, Tensor]:
 def batch_target_cos(cos_y: Tensor, valid: Tensor) -> tuple[Tensor, Tensor]:
     """``(cos θ_y, valid)`` of every row of the batch, detached, for batch statistics and thresholds.
 
-    With class centres sharded across ranks (:func:`elasticface.distributed.use_shard`) a row's target
+    With class centres sharded across ranks (:func:`elasticface.classifier.distributed.use_shard`) a row's target
     column may live on another rank: its ``cos θ_y`` is read from there, and ``valid`` marks every row
     with a label anywhere. Otherwise it is ``gather_target``'s result.
     """
@@ -143,6 +143,21 @@ def batch_valid(labels: Tensor) -> Tensor:
     """Rows with a label, over all shards of the class dimension (``labels >= 0`` when unsharded)."""
     shard = active_shard()
     return labels >= 0 if shard is None else shard.valid
+
+
+def margin_plan(
+    cos_y: Tensor,
+    s: float,
+    m1: Scalar = 1.0,
+    m2: Scalar = 0.0,
+    m3: Scalar = 0.0,
+    guard: str = "none",
+    gradient: str = "exact",
+):
+    """:func:`margin_logits` as a :class:`~elasticface.heads.base.HeadPlan`: the margined target, ``s·cos`` elsewhere."""
+    from .base import HeadPlan  # base imports this module
+
+    return HeadPlan(margin_target(cos_y, m1, m2, m3, guard, gradient) * s, lambda c: c * s, s)
 
 
 def put_target(logits: Tensor, cols: Tensor, valid: Tensor, values: Tensor) -> Tensor:

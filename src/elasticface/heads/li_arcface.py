@@ -12,7 +12,7 @@ import math
 
 from torch import Tensor
 
-from .base import MarginHead, check_range
+from .base import HeadPlan, MarginHead, check_range
 from .functional import put_target, safe_acos
 
 
@@ -36,6 +36,9 @@ class LiArcFace(MarginHead):
         theta_y = theta.gather(1, cols.unsqueeze(1)).squeeze(1)
         target = self._linear(theta_y + self.m)
         return put_target(self._linear(theta), cols, valid, target)
+
+    def train_plan(self, cos_y, valid, norms, num_columns, nontarget_lse) -> HeadPlan:
+        return HeadPlan(self._linear(safe_acos(cos_y) + self.m), lambda c: self._linear(safe_acos(c)))
 
     def extra_repr(self) -> str:
         return f"s={self.s}, m={self.m}"

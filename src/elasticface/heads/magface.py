@@ -13,8 +13,8 @@ import math
 
 from torch import Tensor
 
-from .base import GuardedHead, check_range
-from .functional import batch_valid, margin_logits
+from .base import GuardedHead, HeadPlan, check_range
+from .functional import batch_valid, margin_logits, margin_plan
 
 
 class MagFace(GuardedHead):
@@ -52,6 +52,15 @@ class MagFace(GuardedHead):
         g = a / self.u_a**2 + 1.0 / a
         self.aux_loss = self.lambda_g * (g * valid).sum() / valid.sum().clamp_min(1)
         return margin_logits(cos, labels, self.s, m2=margins, guard=self.guard, gradient=self.gradient)
+
+    def train_plan(self, cos_y, valid, norms, num_columns, nontarget_lse) -> HeadPlan:
+        assert norms is not None
+        a = norms.clamp(self.l_a, self.u_a)
+        margins = self.margin_of(a)
+        self._record_margins(margins, valid)
+        g = a / self.u_a**2 + 1.0 / a
+        self.aux_loss = self.lambda_g * (g * valid).sum() / valid.sum().clamp_min(1)
+        return margin_plan(cos_y, self.s, m2=margins, guard=self.guard, gradient=self.gradient)
 
     def extra_repr(self) -> str:
         return (

@@ -18,8 +18,8 @@ import math
 import torch
 from torch import Tensor
 
-from .base import GuardedHead, check_range
-from .functional import margin_logits, margin_target, replace_target
+from .base import GuardedHead, HeadPlan, check_range
+from .functional import margin_logits, margin_plan, margin_target, replace_target
 
 
 class CosFace(GuardedHead):
@@ -31,6 +31,9 @@ class CosFace(GuardedHead):
 
     def train_logits(self, cos: Tensor, labels: Tensor, norms: Tensor | None) -> Tensor:
         return margin_logits(cos, labels, self.s, m3=self.m, guard=self.guard, gradient=self.gradient)
+
+    def train_plan(self, cos_y, valid, norms, num_columns, nontarget_lse) -> HeadPlan:
+        return margin_plan(cos_y, self.s, m3=self.m, guard=self.guard, gradient=self.gradient)
 
     def extra_repr(self) -> str:
         return f"s={self.s}, m={self.m}, guard={self.guard}, gradient={self.gradient}"
@@ -45,6 +48,9 @@ class ArcFace(GuardedHead):
 
     def train_logits(self, cos: Tensor, labels: Tensor, norms: Tensor | None) -> Tensor:
         return margin_logits(cos, labels, self.s, m2=self.m, guard=self.guard, gradient=self.gradient)
+
+    def train_plan(self, cos_y, valid, norms, num_columns, nontarget_lse) -> HeadPlan:
+        return margin_plan(cos_y, self.s, m2=self.m, guard=self.guard, gradient=self.gradient)
 
     def extra_repr(self) -> str:
         return f"s={self.s}, m={self.m}, guard={self.guard}, gradient={self.gradient}"
@@ -69,6 +75,9 @@ class CombinedMargin(GuardedHead):
 
     def train_logits(self, cos: Tensor, labels: Tensor, norms: Tensor | None) -> Tensor:
         return margin_logits(cos, labels, self.s, self.m1, self.m2, self.m3, self.guard, self.gradient)
+
+    def train_plan(self, cos_y, valid, norms, num_columns, nontarget_lse) -> HeadPlan:
+        return margin_plan(cos_y, self.s, self.m1, self.m2, self.m3, self.guard, self.gradient)
 
     def extra_repr(self) -> str:
         return f"s={self.s}, m1={self.m1}, m2={self.m2}, m3={self.m3}, guard={self.guard}, gradient={self.gradient}"
@@ -122,6 +131,16 @@ class SphereFace(GuardedHead):
             return (lam * c.clamp(-1.0, 1.0) + psi) / (1.0 + lam)
 
         return replace_target(cos, labels, self.s, blended)
+
+    def train_plan(self, cos_y, valid, norms, num_columns, nontarget_lse) -> HeadPlan:
+        lam = self.current_lambda()
+        if self.training:
+            self.it += 1
+        if lam == 0.0:
+            return margin_plan(cos_y, self.s, m1=self.m, guard=self.guard, gradient=self.gradient)
+        psi = margin_target(cos_y, m1=self.m, guard=self.guard, gradient=self.gradient)
+        s = self.s
+        return HeadPlan((lam * cos_y.clamp(-1.0, 1.0) + psi) / (1.0 + lam) * s, lambda c: c * s, s)
 
     def extra_repr(self) -> str:
         return f"s={self.s}, m={self.m}, lambda_base={self.lambda_base}, guard={self.guard}"

@@ -14,7 +14,7 @@ import math
 import torch
 from torch import Tensor
 
-from .base import GuardedHead, check_choice, check_range
+from .base import GuardedHead, HeadPlan, check_choice, check_range
 from .functional import batch_target_cos, gather_target, margin_target, put_target
 
 
@@ -50,6 +50,18 @@ class MVSoftmax(GuardedHead):
         hard = cos > threshold.unsqueeze(1)
         logits = torch.where(hard, cos * (self.t + 1.0) + self.t, cos) * self.s
         return put_target(logits, cols, valid, target * self.s)
+
+    def train_plan(self, cos_y, valid, norms, num_columns, nontarget_lse) -> HeadPlan:
+        target = self._target(cos_y, self.guard, self.gradient) * self.s
+        with torch.no_grad():
+            threshold = self._target(cos_y.detach(), "none", "exact")
+            threshold = torch.where(valid, threshold, torch.full_like(threshold, float("inf")))[:, None]
+        t, s = self.t, self.s
+
+        def nontarget(cos: Tensor) -> Tensor:
+            return torch.where(cos > threshold, cos * (t + 1.0) + t, cos) * s
+
+        return HeadPlan(target, nontarget)
 
     def extra_repr(self) -> str:
         return f"s={self.s}, m={self.m}, t={self.t}, mode={self.mode}, guard={self.guard}"

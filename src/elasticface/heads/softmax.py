@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from torch import Tensor
 
-from .base import MarginHead
+from .base import HeadPlan, MarginHead
 
 
 class Softmax(MarginHead):
@@ -24,6 +24,9 @@ class Softmax(MarginHead):
     def train_logits(self, cos: Tensor, labels: Tensor, norms: Tensor | None) -> Tensor:
         return cos
 
+    def train_plan(self, cos_y, valid, norms, num_columns, nontarget_lse) -> HeadPlan:
+        return HeadPlan(cos_y, lambda c: c, 1.0)
+
 
 class NormFace(MarginHead):
     """NormFace (Wang et al. 2017): ``s * cos θ`` for every class, no margin.
@@ -36,3 +39,7 @@ class NormFace(MarginHead):
 
     def train_logits(self, cos: Tensor, labels: Tensor, norms: Tensor | None) -> Tensor:
         return cos * self.s
+
+    def train_plan(self, cos_y, valid, norms, num_columns, nontarget_lse) -> HeadPlan:
+        s = self.s
+        return HeadPlan(cos_y * s, lambda c: c * s, s)

@@ -3,6 +3,9 @@
 The centres layer sees ``centers_per_class = K`` and returns ``[B, C*K]`` cosines laid out as
 ``[C, K]`` (column ``c*K + k``); the wrapper max-pools over K and hands ``[B, C]`` to any base head,
 so noisy samples can settle on a non-dominant sub-centre without pulling the main one.
+
+Chunked, the classifier does the pooling (the K columns of each class in a chunk, and the K target
+sub-centres of each row) and hands the pooled cosines to the base head's plan.
 """
 
 from __future__ import annotations
@@ -10,7 +13,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from .base import MarginHead
+from .base import HeadPlan, MarginHead
 
 
 class SubCenter(MarginHead):
@@ -30,10 +33,15 @@ class SubCenter(MarginHead):
         self.centers_per_class = k
         self.needs_norms = base.needs_norms
         self.normalized = base.normalized
+        self.chunkable = base.chunkable
 
     @property
     def last_margins(self) -> Tensor | None:  # type: ignore[override]
         return self.base.last_margins
+
+    @property
+    def step_margins(self):  # type: ignore[override]
+        return self.base.step_margins
 
     @property
     def aux_loss(self) -> Tensor | None:  # type: ignore[override]
@@ -52,6 +60,10 @@ class SubCenter(MarginHead):
             if cos.dtype != torch.float64:
                 cos = cos.float()
             return self.base(self.pool(cos), labels, norms)
+
+    def plan(self, cos_y: Tensor, valid: Tensor, norms: Tensor | None = None, **kwargs) -> HeadPlan:
+        """``cos_y``: the max over each row's K target sub-centres (pooled by the classifier)."""
+        return self.base.plan(cos_y, valid, norms, **kwargs)
 
     def extra_repr(self) -> str:
         return f"k={self.k}"

@@ -6,7 +6,7 @@ Heads never own class weights, so any head works with any centres layer. Every l
 - `FullFC`: all C (× K sub-centres) centres every step.
 - `PartialFC`: insightface's Partial FC sampling: every step uses the centres of the classes present in
   the batch plus a random subset of the others (`sample_rate` of C), with labels remapped into the subset.
-- `ShardedFC` (sharded_centers.py): the same, with the classes split across DDP ranks (model parallel).
+- `ShardedFC` (sharded.py): the same, with the classes split across DDP ranks (model parallel).
 """
 
 from __future__ import annotations
@@ -39,8 +39,13 @@ class FullFC(nn.Module):
                 return F.linear(emb, w)
             return F.linear(F.normalize(emb, dim=1), F.normalize(w, dim=1)).clamp_(-1.0, 1.0)
 
+    def columns(self, labels: Tensor | None) -> tuple[Tensor, Tensor | None]:
+        """``(weight [C'·K, D], labels')``: the centres this step uses and the labels remapped into them."""
+        return self.weight, labels
+
     def forward(self, embeddings: Tensor, labels: Tensor | None = None) -> tuple[Tensor, Tensor | None]:
-        return self.logits(embeddings, self.weight), labels
+        weight, labels = self.columns(labels)
+        return self.logits(embeddings, weight), labels
 
 
 class PartialFC(FullFC):
@@ -70,17 +75,17 @@ class PartialFC(FullFC):
         score[positive] = 2.0  # positives always win the top-k
         return torch.topk(score, num_sample, sorted=False).indices.sort().values
 
-    def sampled_forward(self, embeddings: Tensor, labels: Tensor, num_classes: int, num_sample: int) -> tuple[Tensor, Tensor]:
-        """Cosines against the sampled classes of `self.weight` (which holds `num_classes` classes), labels remapped."""
+    def sampled_columns(self, labels: Tensor, num_classes: int, num_sample: int) -> tuple[Tensor, Tensor]:
+        """The sampled classes' rows of `self.weight` (which holds `num_classes` classes), labels remapped."""
         classes = self.sample_classes(labels, num_classes, num_sample)
         self.last_sampled_classes = classes
         k = self.centers_per_class
         rows = (classes[:, None] * k + torch.arange(k, device=classes.device)).reshape(-1) if k > 1 else classes
         remapped = torch.searchsorted(classes, labels.clamp_min(0))
         remapped = torch.where(labels >= 0, remapped, labels)
-        return self.logits(embeddings, self.weight[rows]), remapped
+        return self.weight[rows], remapped
 
-    def forward(self, embeddings: Tensor, labels: Tensor | None = None) -> tuple[Tensor, Tensor | None]:
+    def columns(self, labels: Tensor | None) -> tuple[Tensor, Tensor | None]:
         if labels is None or not self.training or self.num_sample >= self.num_classes:
-            return super().forward(embeddings, labels)
-        return self.sampled_forward(embeddings, labels, self.num_classes, self.num_sample)
+            return super().columns(labels)
+        return self.sampled_columns(labels, self.num_classes, self.num_sample)

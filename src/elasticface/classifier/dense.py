@@ -1,4 +1,6 @@
-"""The margin softmax loss of one training step: class centres -> margin head -> cross-entropy.
+"""The dense margin softmax loss: class centres -> cosines [B, C] -> head logits [B, C] -> cross-entropy.
+
+The oracle of the chunked path (and the path of heads without a chunked form).
 
 One function for both layouts of the class layer: all centres in this process (cross-entropy as
 usual), or centres sharded across DDP ranks (`ShardedFC` after `shard`), where the global batch is
@@ -13,8 +15,9 @@ from dataclasses import dataclass
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from elasticface.distributed import ClassShard, sharded_cross_entropy, use_shard
-from elasticface.sharded_centers import ShardedFC
+from elasticface.classifier.distributed import sharded_cross_entropy
+from elasticface.heads.shard import ClassShard, use_shard
+from elasticface.classifier.sharded import ShardedFC
 
 
 @dataclass
@@ -26,9 +29,10 @@ class MarginLoss:
     shard: ClassShard | None  # set when the centres are sharded: rows are then the global batch
 
 
-def margin_softmax_loss(centers: nn.Module, head: nn.Module, embeddings: Tensor, labels: Tensor) -> MarginLoss:
-    shard: ClassShard | None = None
-    if isinstance(centers, ShardedFC) and centers.is_sharded:
+def margin_softmax_loss(centers: nn.Module, head: nn.Module, embeddings: Tensor, labels: Tensor,
+                        shard: ClassShard | None = None) -> MarginLoss:
+    """``shard``: the rows are already the gathered global batch (else sharded centres gather them here)."""
+    if shard is None and isinstance(centers, ShardedFC) and centers.is_sharded:
         embeddings, labels, shard = centers.gather_batch(embeddings, labels)
     cos, mapped = centers(embeddings, labels)
     norms = embeddings.float().norm(dim=1) if getattr(head, "needs_norms", False) else None

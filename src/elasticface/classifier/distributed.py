@@ -16,21 +16,12 @@ Without an initialised process group (or with one process) none of this is used.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
-from contextvars import ContextVar
-from dataclasses import dataclass
-
 import torch
 import torch.distributed as dist
 from torch import Tensor
 
-
-def rank_and_world() -> tuple[int, int]:
-    """(rank, world size) of the default process group; (0, 1) without one."""
-    if dist.is_available() and dist.is_initialized():
-        return dist.get_rank(), dist.get_world_size()
-    return 0, 1
+from elasticface.heads.shard import ClassShard
+from elasticface.utils.distributed import rank_and_world
 
 
 def shard_bounds(num_classes: int, world: int, rank: int) -> tuple[int, int]:
@@ -73,69 +64,6 @@ def gather_rows(*tensors: Tensor) -> list[Tensor]:
     dist.all_gather(sizes, n)
     sizes_list = [int(s) for s in sizes]
     return [_GatherRows.apply(t, sizes_list) for t in tensors]
-
-
-class _ScaleGrad(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x: Tensor, factor: float) -> Tensor:  # type: ignore[override]
-        ctx.factor = factor
-        return x.view_as(x)
-
-    @staticmethod
-    def backward(ctx, grad: Tensor) -> tuple[Tensor, None]:  # type: ignore[override]
-        return grad * ctx.factor, None
-
-
-def scale_grad(x: Tensor, factor: float) -> Tensor:
-    """``x`` unchanged, its gradient multiplied by ``factor``."""
-    return _ScaleGrad.apply(x, factor)
-
-
-@dataclass(frozen=True)
-class ClassShard:
-    """This rank's columns are a slice of the class dimension; rows are the global batch.
-
-    ``valid``: rows whose label is >= 0 on some rank (the heads' local ``labels >= 0`` marks only the
-    rows whose class lives here).
-    """
-
-    valid: Tensor
-    world: int
-
-    def sum(self, x: Tensor) -> Tensor:
-        out = x.detach().clone()
-        dist.all_reduce(out, op=dist.ReduceOp.SUM)
-        return out
-
-    def max(self, x: Tensor) -> Tensor:
-        out = x.detach().clone()
-        dist.all_reduce(out, op=dist.ReduceOp.MAX)
-        return out
-
-    def target_cos(self, cos_y: Tensor, local_valid: Tensor) -> Tensor:
-        """Every row's (detached) target cosine, read from the rank that owns its class."""
-        return self.sum(torch.where(local_valid, cos_y.detach(), torch.zeros_like(cos_y)))
-
-    def replicated(self, x: Tensor) -> Tensor:
-        """A term every rank computes identically from the global batch: its gradient counted once, not world times."""
-        return scale_grad(x, 1.0 / self.world)
-
-
-_ACTIVE: ContextVar[ClassShard | None] = ContextVar("elasticface_class_shard", default=None)
-
-
-def active_shard() -> ClassShard | None:
-    """The :class:`ClassShard` of the head call in progress, or None when the head sees all classes."""
-    return _ACTIVE.get()
-
-
-@contextmanager
-def use_shard(shard: ClassShard | None) -> Iterator[None]:
-    token = _ACTIVE.set(shard)
-    try:
-        yield
-    finally:
-        _ACTIVE.reset(token)
 
 
 class _ShardedCrossEntropy(torch.autograd.Function):

@@ -3,7 +3,7 @@
 `ShardedFC` is `PartialFC` (sample_rate 1: every class, as `FullFC`) until :meth:`ShardedFC.shard`
 keeps only this rank's classes, which the LightningModule does in `setup` once the process group
 exists. A sharded layer takes the *global* batch (embeddings and labels of every rank, see
-:func:`elasticface.distributed.gather_rows`) and returns cosines against its own classes (sampled:
+:func:`elasticface.classifier.distributed.gather_rows`) and returns cosines against its own classes (sampled:
 its positives plus random local negatives), with labels remapped into its columns and -1 for
 samples whose class lives on another rank.
 
@@ -21,8 +21,9 @@ import torch
 import torch.distributed as dist
 from torch import Tensor, nn
 
-from elasticface.centers import PartialFC
-from elasticface.distributed import ClassShard, gather_rows, shard_bounds
+from elasticface.classifier.centers import PartialFC
+from elasticface.classifier.distributed import gather_rows, shard_bounds
+from elasticface.heads.shard import ClassShard
 
 #: checkpoint key recording where the centres live in the state dict and in each optimizer's state
 CHECKPOINT_KEY = "class_centres"
@@ -67,18 +68,18 @@ class ShardedFC(PartialFC):
         if labels.numel() and int(labels.max()) >= self.num_classes:
             raise ValueError(f"label {int(labels.max())} in the training batch: must be < num_classes={self.num_classes}")
 
-    def forward(self, embeddings: Tensor, labels: Tensor | None = None) -> tuple[Tensor, Tensor | None]:
+    def columns(self, labels: Tensor | None) -> tuple[Tensor, Tensor | None]:
         if not self.is_sharded:
-            return super().forward(embeddings, labels)
+            return super().columns(labels)
         if labels is None or not self.training:
-            return self.logits(embeddings, self.weight), None
+            return self.weight, None
         self.check_labels(labels)
         owned = (labels >= self.class_start) & (labels < self.class_stop)
         local = torch.where(owned, labels - self.class_start, torch.full_like(labels, -1))
         num_sample = max(1, int(round(self.sample_rate * self.num_local_classes)))
         if num_sample >= self.num_local_classes:
-            return self.logits(embeddings, self.weight), local
-        return self.sampled_forward(embeddings, local, self.num_local_classes, num_sample)
+            return self.weight, local
+        return self.sampled_columns(local, self.num_local_classes, num_sample)
 
     def gather_batch(self, embeddings: Tensor, labels: Tensor) -> tuple[Tensor, Tensor, ClassShard]:
         """The global batch (every rank's rows, in rank order; gradients flow back to their rank) and its shard."""

@@ -1,0 +1,189 @@
+"""The class layer of a training step: centres (full, sampled, sharded) -> margin head -> cross-entropy.
+
+``out = classifier(embeddings, labels)`` is all the LightningModule sees: the loss (with the head's
+auxiliary loss), the step's statistics (θ_y, margins) and, through the hooks below, the checkpoint
+gather/slice of sharded centres. Two paths give the same loss and gradients:
+
+- ``chunked`` (default where the head has a :meth:`~elasticface.heads.base.MarginHead.plan`): the
+  target logit from the B target centres, the non-target log-sum-exp over class chunks
+  (:mod:`elasticface.classifier.chunked`); never a ``[B, C]`` tensor.
+- ``dense``: cosines ``[B, C]`` -> the head's logits -> cross-entropy (:mod:`elasticface.classifier.dense`);
+  the oracle, and the path of heads without a chunked form.
+
+Inside, everything is fp32 (float64 stays float64) even under autocast.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from elasticface.classifier.centers import FullFC
+from elasticface.classifier.chunked import (DEFAULT_CHUNK_SIZE, chunked_logits, combine_shards, nontarget_lse,
+                                            sum_shards, target_cosines)
+from elasticface.classifier.dense import margin_softmax_loss
+from elasticface.heads.shard import ClassShard, use_shard
+from elasticface.utils.distributed import scale_grad
+from elasticface.classifier.sharded import ShardedFC
+
+PATHS = ("auto", "chunked", "dense")
+
+
+@dataclass
+class ClassifierOutput:
+    loss: Tensor  # cross-entropy (+ the head's auxiliary loss), the same value on every rank
+    aux: Tensor | None  # the head's auxiliary loss (MagFace), already included in `loss`
+    theta_y: Tensor  # [N] detached angle (radians) to each row's class centre (closest sub-centre); N = global rows
+    valid: Tensor  # [N] rows with a label (the others have no θ_y)
+    margins: Tensor | None  # [N] detached per-sample margins (Elastic*, MagFace, AdaFace); rows `margin_valid`
+    margin_valid: Tensor | None
+
+
+class Classifier(nn.Module):
+    """Class centres and margin head; ``forward(embeddings, labels) -> ClassifierOutput`` (eval: logits).
+
+    ``chunk_size``: classes per chunk of the chunked path, 1..num_classes (None: the measured default,
+    capped at the number of classes). ``path``: ``auto`` (chunked when the head can be), ``chunked``, ``dense``.
+    """
+
+    def __init__(self, centers: FullFC, head: nn.Module, chunk_size: int | None = None, path: str = "auto") -> None:
+        super().__init__()
+        if path not in PATHS:
+            raise ValueError(f"classifier path={path!r}: must be one of {list(PATHS)}")
+        if chunk_size is not None and (isinstance(chunk_size, bool) or not isinstance(chunk_size, int)
+                                       or not 1 <= chunk_size <= centers.num_classes):
+            raise ValueError(f"chunk_size={chunk_size!r}: must be an integer in [1, num_classes={centers.num_classes}]")
+        if path == "chunked" and not getattr(head, "chunkable", False):
+            raise ValueError(f"classifier path='chunked': {type(head).__name__} has no chunked form; use path=auto or dense")
+        self.centers = centers
+        self.head = head
+        self.chunk_size = chunk_size
+        self.path = path
+
+    @property
+    def chunked(self) -> bool:
+        return self.path == "chunked" or (self.path == "auto" and getattr(self.head, "chunkable", False))
+
+    @property
+    def sharded(self) -> bool:
+        """True when this rank holds only a slice of the class centres (ShardedFC under DDP)."""
+        return isinstance(self.centers, ShardedFC) and self.centers.is_sharded
+
+    # -- the step ------------------------------------------------------------------------------------
+    def forward(self, embeddings: Tensor, labels: Tensor | None = None) -> ClassifierOutput | Tensor:
+        if labels is None:  # eval: the head's logits against every (local) centre
+            cos, _ = self.centers(embeddings)
+            return self.head(cos)
+        with torch.autocast(device_type=embeddings.device.type, enabled=False):
+            if embeddings.dtype != torch.float64:
+                embeddings = embeddings.float()
+            shard: ClassShard | None = None
+            if self.sharded:
+                # DDP averages the backbone's gradients over ranks, but the gathered batch already hands each
+                # rank the full dL/d(its embeddings): scale by world so the average is the exact gradient.
+                embeddings = scale_grad(embeddings, self.centers.world)
+                embeddings, labels, shard = self.centers.gather_batch(embeddings, labels)
+            if self.chunked:
+                return self._chunked(embeddings, labels, shard)
+            return self._dense(embeddings, labels, shard)
+
+    def _dense(self, embeddings: Tensor, labels: Tensor, shard: ClassShard | None) -> ClassifierOutput:
+        out = margin_softmax_loss(self.centers, self.head, embeddings, labels, shard)
+        k = self.centers.centers_per_class
+        cos_y = out.cos.detach().gather(1, out.labels.clamp_min(0)[:, None] * k + torch.arange(k, device=labels.device))
+        cos_y, valid = cos_y.amax(dim=1), out.labels >= 0
+        if shard is not None:  # the target column of a row may live on another rank
+            cos_y, valid = shard.target_cos(cos_y, valid), shard.valid
+        return self._output(out.loss, out.aux, cos_y, valid)
+
+    def _chunked(self, embeddings: Tensor, labels: Tensor, shard: ClassShard | None) -> ClassifierOutput:
+        centers, head = self.centers, self.head
+        weight, mapped = centers.columns(labels)
+        k, normalize = centers.centers_per_class, centers.normalize
+        num = weight.shape[0] // k
+        chunk = min(self.chunk_size or DEFAULT_CHUNK_SIZE, num)
+        x = F.normalize(embeddings, dim=1) if normalize else embeddings
+        weight = weight.to(x.dtype)
+
+        # each row's target: the K centres of its class, pooled as the dense path pools them. The head's plan
+        # needs cos θ_y before the chunked pass can start, and the chunked node also returns the target
+        # cosines, so that the centres get one [C, D] gradient (autograd through an index of the centres
+        # would allocate a second one): the plan sees a stand-in with the same value, and the target
+        # logit is re-attached to the chunked node through its per-row derivative (it is elementwise in cos θ_y).
+        owned = mapped >= 0
+        with torch.no_grad():
+            cos_y0 = target_cosines(x, weight, mapped, k, normalize).amax(dim=1)
+        stand_in = cos_y0.clone().requires_grad_(torch.is_grad_enabled())
+        cos_y, valid = stand_in, owned
+        norms = embeddings.norm(dim=1) if getattr(head, "needs_norms", False) else None
+        if shard is not None:
+            cos_y = sum_shards(torch.where(owned, cos_y, torch.zeros_like(cos_y)))
+            valid = shard.valid
+            if norms is not None:  # every rank computes the same head terms from the norms: count them once
+                norms = shard.replicated(norms)
+
+        def lse_of(fn: Any, scale: Any = None) -> Tensor:
+            with torch.no_grad():
+                lse = nontarget_lse(x.detach(), weight.detach(), mapped, fn, k, chunk, normalize, scale)
+                return lse if shard is None else combine_shards(lse)
+
+        with use_shard(shard):
+            plan = head.plan(cos_y, valid, norms, num_columns=self._num_columns(num, shard), nontarget_lse=lse_of)
+        lse, cos_t = chunked_logits(x, weight, mapped, plan.nontarget, k, chunk, normalize, plan.scale)
+        if shard is not None:
+            lse = combine_shards(lse)
+        z_y = plan.target
+        if z_y.requires_grad:
+            slope = torch.autograd.grad(z_y, stand_in, torch.ones_like(z_y), retain_graph=True, allow_unused=True)[0]
+            if slope is not None:
+                local = cos_t.amax(dim=1)
+                z_y = z_y + slope * (local - local.detach())
+        per_row = torch.logaddexp(lse, z_y) - z_y
+        loss = torch.where(valid, per_row, torch.zeros_like(per_row)).sum() / valid.sum().to(per_row.dtype)
+        aux = getattr(head, "aux_loss", None)
+        if aux is not None:  # a function of the norms, whose gradient is already counted once across ranks
+            loss = loss + aux
+        return self._output(loss, aux, cos_y.detach(), valid)
+
+    def _num_columns(self, local: int, shard: ClassShard | None) -> int:
+        """Classes the dense head would see: all shards' (sampled) columns."""
+        if shard is None:
+            return local
+        if self.centers.sample_rate >= 1.0:
+            return self.centers.num_classes
+        return int(shard.sum(torch.tensor(float(local))))
+
+    def _output(self, loss: Tensor, aux: Tensor | None, cos_y: Tensor, valid: Tensor) -> ClassifierOutput:
+        theta_y = torch.acos(cos_y.detach().clamp(-1.0, 1.0)) if getattr(self.head, "normalized", True) else cos_y
+        margins = getattr(self.head, "step_margins", None)
+        return ClassifierOutput(loss, aux, theta_y, valid, *(margins if margins is not None else (None, None)))
+
+    # -- sharded centres and checkpoints ---------------------------------------------------------------
+    def shard(self, rank: int, world: int) -> list[nn.Parameter]:
+        """Keep this rank's slice of ShardedFC centres (world > 1); returns the parameters DDP must ignore."""
+        if isinstance(self.centers, ShardedFC) and world > 1:
+            self.centers.shard(rank, world)
+            return [self.centers.weight]
+        return []
+
+    def gather_checkpoint(self, checkpoint: dict[str, Any], key: str, optimizers: list[torch.optim.Optimizer]) -> None:
+        if isinstance(self.centers, ShardedFC):
+            self.centers.gather_checkpoint(checkpoint, key, optimizers)
+
+    def slice_checkpoint(self, checkpoint: dict[str, Any], key: str, num_classes: int, path: str) -> None:
+        """Refuse centres for another number of classes; keep this rank's rows of sharded centres."""
+        weight = checkpoint.get("state_dict", {}).get(key)
+        k = self.centers.centers_per_class
+        expected = num_classes * k
+        if weight is not None and weight.shape[0] != expected:
+            raise ValueError(
+                f"{path}: its class centres hold {weight.shape[0] // k} classes ({weight.shape[0]} rows of "
+                f"{key}) but the training data has num_classes={num_classes} "
+                f"({expected} rows with {k} centres per class)"
+            )
+        if isinstance(self.centers, ShardedFC):
+            self.centers.slice_checkpoint(checkpoint, key)

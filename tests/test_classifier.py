@@ -1,0 +1,266 @@
+"""The class layer: the chunked margin cross-entropy against the dense oracle for every head.
+
+The oracle is written here, independently of the classifier: ``F.linear`` of the normalised embeddings
+and centres -> the head's dense ``(cos, labels, norms) -> logits`` form -> ``F.cross_entropy``. The
+chunked path never builds those logits; both must give the same loss, embedding gradient, centre
+gradient and head state (margins drawn, EMA buffers) to 1e-5 relative.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from elasticface.classifier import Classifier, FullFC, PartialFC, nontarget_lse
+from elasticface.heads import build_head, head_names
+
+C, D, B = 11, 6, 9
+SEEDED = {"seed": 5}  # the Elastic heads' margin stream
+
+
+def _build(name: str):
+    kwargs = SEEDED if "elastic" in name else {}
+    return build_head(name, **kwargs).train()
+
+
+def _inputs(name: str, k: int, dtype=torch.float32, extreme: bool = True):
+    g = torch.Generator().manual_seed(len(name))
+    scale = 12.0 if name in ("magface", "adaface") else 1.0  # MagFace's norms live in [10, 110]
+    emb = torch.randn(B, D, generator=g, dtype=torch.float64) * scale
+    weight = torch.randn(C * k, D, generator=g, dtype=torch.float64)
+    labels = torch.randint(0, C, (B,), generator=g)
+    labels[4] = -1  # no class: no loss, no statistic
+    if extreme:  # cos = +1 and -1 exactly: an embedding on its centre, one opposite its centre, one on a non-target
+        weight[2 * k] = 0.0
+        weight[2 * k, 0] = 3.0
+        emb[0] = 0.0
+        emb[0, 0] = 5.0 * scale
+        labels[0] = 2
+        weight[5 * k] = 0.0
+        weight[5 * k, 1] = 2.0
+        emb[1] = 0.0
+        emb[1, 1] = -7.0 * scale
+        labels[1] = 5
+        emb[2] = weight[2 * k] * 4.0  # cos = 1 with class 2, which is not its label
+        labels[2] = 7
+    return emb.to(dtype), weight.to(dtype), labels
+
+
+def dense_oracle(head, emb, weight, labels, normalize=True):
+    """Loss and gradients of the dense path: cosines [B, C] -> head logits -> cross-entropy."""
+    emb = emb.clone().requires_grad_(True)
+    weight = weight.clone().requires_grad_(True)
+    cos = F.linear(F.normalize(emb, dim=1), F.normalize(weight, dim=1)).clamp(-1, 1) if normalize else emb @ weight.T
+    norms = emb.norm(dim=1) if head.needs_norms else None
+    logits = head(cos, labels, norms)
+    loss = F.cross_entropy(logits, labels, ignore_index=-1)
+    if head.aux_loss is not None:
+        loss = loss + head.aux_loss
+    loss.backward()
+    return loss.detach(), emb.grad, weight.grad
+
+
+def chunked(head, emb, weight, labels, chunk_size, sample_rate=None):
+    k = head.centers_per_class
+    if sample_rate is None:
+        layer = FullFC(D, C, centers_per_class=k, normalize=head.normalized)
+    else:
+        layer = PartialFC(D, C, sample_rate=sample_rate, centers_per_class=k, normalize=head.normalized)
+    layer = layer.to(weight.dtype)
+    layer.weight.data.copy_(weight)
+    classifier = Classifier(layer, head, chunk_size=chunk_size, path="chunked")
+    emb = emb.clone().requires_grad_(True)
+    out = classifier(emb, labels)
+    out.loss.backward()
+    return out, emb.grad, layer.weight.grad
+
+
+def rel(a, b):
+    a, b = a.detach(), b.detach()
+    return float((a - b).abs().max() / b.abs().max().clamp_min(1e-12))
+
+
+def _state(head):
+    return {k: v.clone() for k, v in head.state_dict().items() if isinstance(v, torch.Tensor)}
+
+
+@pytest.mark.parametrize("name", head_names())
+def test_chunked_equals_dense_for_every_head(name):
+    probe = _build(name)
+    assert probe.chunkable, f"{name}: no chunked form"
+    k = probe.centers_per_class
+    emb, weight, labels = _inputs(name, k)
+    for chunk_size in (1, 4, C):
+        head_d, head_c = _build(name), _build(name)
+        loss_d, ge_d, gw_d = dense_oracle(head_d, emb, weight, labels, head_d.normalized)
+        out, ge_c, gw_c = chunked(head_c, emb, weight, labels, chunk_size)
+        assert out.loss.dtype == torch.float32
+        where = (name, chunk_size)
+        assert rel(out.loss, loss_d) < 1e-5, where
+        assert rel(ge_c, ge_d) < 1e-5, where
+        assert rel(gw_c, gw_d) < 1e-5, where
+        for key, value in _state(head_d).items():  # AdaCos's scale, CurricularFace's t, AdaFace's EMA, ...
+            torch.testing.assert_close(_state(head_c)[key], value, rtol=1e-5, atol=1e-6, equal_nan=True, msg=f"{name}: {key}")
+        if head_d.last_margins is not None:
+            torch.testing.assert_close(out.margins[out.margin_valid], head_d.last_margins)
+
+
+# Circle is left out: its weights α are detached by design, so its gradient is not the loss's derivative.
+@pytest.mark.parametrize("name", ["arcface", "cosface", "combined", "sphereface", "mv_softmax", "li_arcface",
+                                  "magface", "subcenter_arcface", "softmax", "adacos_fixed"])
+def test_chunked_gradcheck_float64(name):
+    """Loss and gradients of the chunked path in float64 against finite differences (interior points)."""
+    head = _build(name)
+    if name == "sphereface":
+        head.eval()  # its λ anneals with every training call; the loss must be one function for gradcheck
+    k = head.centers_per_class
+    emb, weight, labels = _inputs(name, k, torch.float64, extreme=False)
+    layer = FullFC(D, C, centers_per_class=k, normalize=head.normalized).double()
+    del layer.weight  # a plain tensor instead, so gradcheck's perturbations reach the centres
+    classifier = Classifier(layer, head, chunk_size=3, path="chunked")
+
+    def loss(e, w):
+        layer.weight = w
+        return classifier(e, labels).loss
+
+    e = emb.clone().requires_grad_(True)
+    w = weight.clone().requires_grad_(True)
+    assert torch.autograd.gradcheck(loss, (e, w), eps=1e-6, atol=1e-6, rtol=1e-5)
+    # and float64 agrees with the dense oracle to rounding
+    loss_d, ge_d, gw_d = dense_oracle(copy.deepcopy(head), emb, weight, labels, head.normalized)
+    e.grad = w.grad = None
+    value = loss(e, w)
+    value.backward()
+    assert rel(value.detach(), loss_d) < 1e-12 and rel(e.grad, ge_d) < 1e-10 and rel(w.grad, gw_d) < 1e-10
+
+
+@pytest.mark.parametrize("name", ["arcface", "elastic_arc_plus", "subcenter_cosface", "curricularface"])
+def test_partial_fc_sampling_chunked_equals_dense(name):
+    """Partial FC: the same sampled classes (same RNG) give the same loss and gradients on both paths."""
+    k = _build(name).centers_per_class
+    emb, weight, labels = _inputs(name, k, extreme=False)
+    results = {}
+    for path in ("dense", "chunked"):
+        layer = PartialFC(D, C, sample_rate=0.5, centers_per_class=k)
+        layer.weight.data.copy_(weight)
+        classifier = Classifier(layer, _build(name), chunk_size=2, path=path)
+        e = emb.clone().requires_grad_(True)
+        torch.manual_seed(3)
+        out = classifier(e, labels)
+        out.loss.backward()
+        results[path] = (out.loss.detach(), e.grad, layer.weight.grad, layer.last_sampled_classes)
+    (ld, ged, gwd, cd), (lc, gec, gwc, cc) = results["dense"], results["chunked"]
+    assert torch.equal(cd, cc) and cc.numel() < C  # it did sample, the same classes
+    assert rel(lc, ld) < 1e-5 and rel(gec, ged) < 1e-5 and rel(gwc, gwd) < 1e-5
+    untouched = torch.ones(C, dtype=torch.bool)
+    untouched[cc] = False
+    assert gwc.view(C, k, D)[untouched].abs().max() == 0  # classes not sampled get no gradient
+
+
+def test_autocast_bf16_keeps_cosines_and_reduction_in_fp32():
+    head = _build("arcface")
+    emb, weight, labels = _inputs("arcface", 1, extreme=False)
+    layer = FullFC(D, C)
+    layer.weight.data.copy_(weight)
+    classifier = Classifier(layer, head, chunk_size=4, path="chunked")
+    emb_bf16 = emb.bfloat16().requires_grad_(True)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out = classifier(emb_bf16, labels)
+    out.loss.backward()
+    assert out.loss.dtype == torch.float32 and layer.weight.grad.dtype == torch.float32
+    grad_w_autocast = layer.weight.grad.clone()
+    layer.weight.grad = None
+    # the same inputs, rounded to bf16, computed in fp32 without autocast: identical arithmetic
+    loss_d, ge_d, gw_d = dense_oracle(_build("arcface"), emb_bf16.detach().float(), weight, labels)
+    assert rel(out.loss.detach(), loss_d) < 1e-5
+    assert rel(grad_w_autocast, gw_d) < 1e-5 and rel(emb_bf16.grad.float(), ge_d) < 1e-2  # bf16 grad storage
+
+
+def test_nontarget_lse_is_the_logsumexp_without_the_target_column():
+    g = torch.Generator().manual_seed(0)
+    x = F.normalize(torch.randn(5, 4, generator=g, dtype=torch.float64), dim=1)
+    w = torch.randn(7, 4, generator=g, dtype=torch.float64)
+    labels = torch.tensor([0, 6, -1, 3, 3])
+    got = nontarget_lse(x, w, labels, lambda c: 10 * c, chunk=2)
+    cos = x @ F.normalize(w, dim=1).T
+    for i, y in enumerate(labels.tolist()):
+        cols = [j for j in range(7) if j != y]
+        assert abs(got[i].item() - torch.logsumexp(10 * cos[i, cols], 0).item()) < 1e-12
+    # one class only, and it is the target: no non-target class, LSE = -inf, loss = 0, finite gradient
+    head = _build("arcface")
+    layer = FullFC(4, 1)
+    classifier = Classifier(layer, head, path="chunked")
+    e = torch.randn(3, 4, requires_grad=True)
+    out = classifier(e, torch.zeros(3, dtype=torch.long))
+    out.loss.backward()
+    assert out.loss.item() == 0.0 and torch.isfinite(e.grad).all() and torch.isfinite(layer.weight.grad).all()
+
+
+@pytest.mark.parametrize("bad", [0, -3, C + 1, 2.5, True])
+def test_chunk_size_outside_one_to_num_classes_is_refused(bad):
+    with pytest.raises(ValueError, match=rf"chunk_size={bad!r}: must be an integer in \[1, num_classes={C}\]"):
+        Classifier(FullFC(D, C), _build("arcface"), chunk_size=bad)
+
+
+def test_unknown_path_is_refused():
+    with pytest.raises(ValueError, match=r"classifier path='sparse': must be one of \['auto', 'chunked', 'dense'\]"):
+        Classifier(FullFC(D, C), _build("arcface"), path="sparse")
+
+
+def test_auto_path_is_chunked_and_dense_path_is_the_oracle():
+    head = _build("curricularface")
+    emb, weight, labels = _inputs("curricularface", 1)
+    layer = FullFC(D, C)
+    layer.weight.data.copy_(weight)
+    assert Classifier(layer, copy.deepcopy(head)).chunked
+    dense = Classifier(layer, copy.deepcopy(head), path="dense")
+    assert not dense.chunked
+    out = dense(emb, labels)
+    loss_d, _, _ = dense_oracle(copy.deepcopy(head), emb, weight, labels)
+    assert rel(out.loss.detach(), loss_d) < 1e-6
+    # eval: the head's eval logits against every centre
+    logits = Classifier(layer, head).eval()(emb)
+    torch.testing.assert_close(logits, head(F.linear(F.normalize(emb), F.normalize(weight)).clamp(-1, 1)))
+
+
+def test_old_checkpoint_keys_and_targets_load(tiny_cfg, tmp_path):
+    """Checkpoints saved before the classifier package (keys `centers.weight`, `head.*`; hparams naming
+    `elasticface.centers.FullFC`) load into the module unchanged."""
+    from elasticface.module import FaceRecognitionModule
+    from elasticface.training import build_module
+
+    module = build_module(tiny_cfg("head=sphereface"), num_classes=5)
+    module.head.it += 7
+    state = {k.replace("classifier.", "", 1): v for k, v in module.state_dict().items()}
+    assert "centers.weight" in state and "head.it" in state
+    hparams = dict(module.hparams)
+    hparams["centers"] = {**hparams["centers"], "_target_": "elasticface.centers.FullFC"}
+    hparams.pop("classifier")
+    path = tmp_path / "old.ckpt"
+    torch.save({"state_dict": state, "hyper_parameters": hparams, "pytorch-lightning_version": "2.0.0"}, path)
+    loaded = FaceRecognitionModule.load_from_checkpoint(path)
+    assert torch.equal(loaded.centers.weight, module.centers.weight) and int(loaded.head.it) == 7
+    fresh = build_module(tiny_cfg("head=sphereface"), num_classes=5)
+    fresh.load_state_dict(state)  # plain load_state_dict too
+    assert torch.equal(fresh.centers.weight, module.centers.weight)
+
+
+@pytest.mark.slow
+def test_bench_classifier_runs_and_refuses_a_chunk_size_beyond_c():
+    """benchmarks/bench_classifier.py at a tiny size: every path, each chunk size, ratios against dense."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    import bench_classifier
+
+    rows = bench_classifier.main(["--classes", "300", "--batch", "16", "--dim", "8", "--repeats", "1",
+                                  "--warmup", "0", "--chunks", "64", "300"])
+    assert [(r["path"], r["chunk"]) for r in rows] == [("released", None), ("dense", None), ("chunked", 64),
+                                                      ("chunked", 300)]
+    assert rows[1]["time_vs_dense"] == 1.0
+    with pytest.raises(SystemExit, match=r"--chunks 301: a chunk size must be in \[1, --classes=300\]"):
+        bench_classifier.main(["--classes", "300", "--chunks", "301"])
