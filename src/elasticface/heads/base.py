@@ -16,13 +16,12 @@ reads: :attr:`last_margins` and :attr:`aux_loss`.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
-from dataclasses import dataclass
 
 import torch
 from torch import Tensor, nn
 
 from .functional import GRADIENTS, GUARDS
+from .plan import HeadPlan, NonTargetLSE
 
 
 def check_range(
@@ -57,27 +56,6 @@ def check_choice(name: str, value: str, choices: tuple[str, ...]) -> str:
     if value not in choices:
         raise ValueError(f"{name}={value!r}: must be one of {list(choices)}")
     return value
-
-
-@dataclass
-class HeadPlan:
-    """What a head does to one training batch, in O(B) memory.
-
-    ``target``: the target logits ``z_y [B]`` (differentiable in ``cos θ_y`` and the norms).
-    ``nontarget``: elementwise map of a block of non-target cosines ``[B, n]`` to logits; its
-    per-row parameters are detached ``[B]`` tensors captured by the closure.
-    ``scale``: set when ``nontarget(c) == scale * c`` (a positive number or detached 0-d tensor): the
-    classifier then folds it into the embeddings (its fast path).
-    """
-
-    target: Tensor
-    nontarget: Callable[[Tensor], Tensor]
-    scale: float | Tensor | None = None
-
-
-#: ``nontarget_lse(fn, scale) -> [B]``: detached log-sum-exp of ``fn(cos)`` over each row's non-target
-#: columns (one extra pass over the classes, for heads whose batch statistic needs it: AdaCos)
-NonTargetLSE = Callable[..., Tensor]
 
 
 class MarginHead(nn.Module):

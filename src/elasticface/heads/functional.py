@@ -26,6 +26,7 @@ from typing import Any, Callable, Literal, Union
 import torch
 from torch import Tensor
 
+from elasticface.heads.plan import HeadPlan
 from elasticface.heads.shard import active_shard
 
 Guard = Literal["none", "easy", "thmm", "clip", "continuous"]
@@ -154,8 +155,7 @@ def margin_plan(
     guard: str = "none",
     gradient: str = "exact",
 ):
-    """:func:`margin_logits` as a :class:`~elasticface.heads.base.HeadPlan`: the margined target, ``s·cos`` elsewhere."""
-    from .base import HeadPlan  # base imports this module
+    """:func:`margin_logits` as a :class:`~elasticface.heads.plan.HeadPlan`: the margined target, ``s·cos`` elsewhere."""
 
     return HeadPlan(margin_target(cos_y, m1, m2, m3, guard, gradient) * s, lambda c: c * s, s)
 
