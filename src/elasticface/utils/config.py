@@ -45,10 +45,9 @@ def short_dirname(name: str, max_length: int = 120) -> str:
 
 def register_resolvers() -> None:
     from elasticface.utils.run_stamp import run_stamp
-    from elasticface.utils.speed import fastest_precision
 
     for name, fn in (("wandb_mode", wandb_mode), ("short_dirname", short_dirname), ("cwd", os.getcwd),
-                     ("run_stamp", run_stamp), ("fastest_precision", fastest_precision)):
+                     ("run_stamp", run_stamp)):
         if not OmegaConf.has_resolver(name):
             OmegaConf.register_new_resolver(name, fn)
     from elasticface.loggers.run_names import register_run_name_resolvers  # it imports this module
