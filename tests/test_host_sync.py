@@ -32,13 +32,13 @@ def reads_per_step(cfg, monkeypatch) -> list[tuple[int, bool, list[tuple[str, st
 
 @pytest.mark.parametrize("overrides", [
     [],
-    ["head=elastic_arc_plus"],
-    ["head=curricularface", "trainer.precision=bf16-mixed"],
-    ["head=magface", "callbacks.progress_bar._target_=elasticface.callbacks.progress.LoggingStepBar",
-     "~callbacks.progress_bar.log_every_n_steps"],
-    pytest.param(["model=partial_fc"], marks=pytest.mark.xfail(
+    pytest.param(["head=elastic_arc_plus"], marks=pytest.mark.slow),
+    pytest.param(["head=curricularface", "trainer.precision=bf16-mixed"], marks=pytest.mark.slow),
+    pytest.param(["head=magface", "callbacks.progress_bar._target_=elasticface.callbacks.progress.LoggingStepBar",
+                  "~callbacks.progress_bar.log_every_n_steps"], marks=pytest.mark.slow),
+    pytest.param(["model=partial_fc"], marks=[pytest.mark.slow, pytest.mark.xfail(
         strict=True, reason="centers.py PartialFC.sample_classes: torch.unique(labels[labels >= 0]) sizes its output "
-                            "from the data (issue 19 rewrites the class layer)")),
+                            "from the data (issue 19 rewrites the class layer)")]),
 ], ids=["default", "elastic_arc_plus", "curricularface-bf16", "magface-tqdm", "partial_fc"])
 def test_steps_that_do_not_log_read_nothing_from_the_device(tiny_cfg, monkeypatch, overrides):
     steps = reads_per_step(tiny_cfg(*OVERRIDES, *overrides), monkeypatch)

@@ -13,7 +13,6 @@ from omegaconf import OmegaConf
 
 from elasticface.loggers.run_names import current_sweep_group, group_choice, run_name, run_tags
 from elasticface.utils.run_stamp import run_stamp
-from elasticface.utils.speed import fastest_precision
 from elasticface.utils.wandb_mode import wandb_mode
 
 
@@ -35,7 +34,6 @@ def register_resolvers() -> None:
         "short_dirname": short_dirname,
         "cwd": os.getcwd,
         "run_stamp": run_stamp,  # one run directory for all nodes of a multi-node job
-        "fastest_precision": fastest_precision,  # bf16-mixed where the device computes bf16 natively
         # what a run is called on the dashboards (loggers/run_names.py)
         "run_name": lambda *, _root_: run_name(_root_),
         "sweep_group": lambda: current_sweep_group(),

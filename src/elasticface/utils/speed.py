@@ -44,25 +44,6 @@ def compile_available(module: nn.Module) -> bool:
     return False
 
 
-def cpu_has_native_bf16() -> bool:
-    """AVX-512 BF16 or AMX: bf16 matrix instructions, where bf16 autocast is faster than fp32 (Linux flags)."""
-    try:
-        with open("/proc/cpuinfo") as f:
-            flags = next((line for line in f if line.startswith("flags")), "")
-    except OSError:
-        return False
-    return any(flag in flags.split() for flag in ("avx512_bf16", "amx_bf16"))
-
-
-def fastest_precision(accelerator: str = "auto") -> str:
-    """`trainer.precision` of the default config: bf16-mixed where the device computes bf16 natively (a GPU
-    with bf16, a CPU with AVX-512 BF16 / AMX), else 32-true. The heads and centres stay fp32 either way."""
-    accelerator = str(accelerator)
-    if accelerator in ("gpu", "cuda") or (accelerator == "auto" and torch.cuda.is_available()):
-        return "bf16-mixed" if torch.cuda.is_available() and torch.cuda.is_bf16_supported() else "32-true"
-    return "bf16-mixed" if cpu_has_native_bf16() else "32-true"
-
-
 def cpu_has_bf16() -> bool:
     """Whether this CPU computes bf16 natively (AVX-512 BF16 / AMX, or AVX-512 core), as oneDNN sees it."""
     try:
