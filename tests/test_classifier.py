@@ -215,7 +215,9 @@ def test_auto_path_is_chunked_and_dense_path_is_the_oracle():
     emb, weight, labels = _inputs("curricularface", 1)
     layer = FullFC(D, C)
     layer.weight.data.copy_(weight)
-    assert Classifier(layer, copy.deepcopy(head)).chunked
+    assert Classifier(layer, copy.deepcopy(head), chunk_size=C - 1).chunked  # more classes than one chunk
+    assert not Classifier(layer, copy.deepcopy(head)).chunked  # all classes in one chunk: dense, no recomputation
+    assert not Classifier(layer, copy.deepcopy(head), chunk_size=C).chunked
     dense = Classifier(layer, copy.deepcopy(head), path="dense")
     assert not dense.chunked
     out = dense(emb, labels)

@@ -24,8 +24,8 @@ def reads_per_step(cfg, monkeypatch) -> list[tuple[int, bool, list[tuple[str, st
     with count_host_reads() as counter:
         counter.frames = 4
         steps = StepReads(counter)
-        build = training.build_callbacks
-        monkeypatch.setattr(training, "build_callbacks", lambda *a, **k: build(*a, **k) + [steps])
+        build = training.required_callbacks
+        monkeypatch.setattr(training, "required_callbacks", lambda *a, **k: build(*a, **k) + [steps])
         training.run(cfg)
     return steps.steps
 

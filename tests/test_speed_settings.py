@@ -39,8 +39,8 @@ class DtypeProbe(pl.Callback):
 @needs_bf16
 def test_bf16_autocast_step_keeps_heads_and_centres_fp32(tiny_cfg, monkeypatch):
     probe = DtypeProbe()
-    build = training.build_callbacks
-    monkeypatch.setattr(training, "build_callbacks", lambda *a, **k: build(*a, **k) + [probe])
+    build = training.required_callbacks
+    monkeypatch.setattr(training, "required_callbacks", lambda *a, **k: build(*a, **k) + [probe])
     summary = training.run(tiny_cfg("trainer.precision=bf16-mixed", "model.channels_last=true", "trainer.max_epochs=1",
                                     "pixel_baseline=false"))
     assert probe.seen["backbone"] == {torch.bfloat16}, "autocast is on: the backbone computes in bf16"
