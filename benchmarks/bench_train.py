@@ -68,7 +68,7 @@ def compose(overrides: list[str], output_dir: Path):
     from hydra.core.hydra_config import HydraConfig
     from omegaconf import open_dict
 
-    from elasticface.utils.config import register_resolvers
+    from elasticface.cli.resolvers import register_resolvers
 
     register_resolvers()
     GlobalHydra.instance().clear()
