@@ -16,7 +16,8 @@ ALIASES = {"ckpt_path": "weights", "model_path": "weights", "batch_size": "batch
 def key_value_args(argv: Sequence[str], flags: Collection[str] = (),
                    aliases: Mapping[str, str] = ALIASES) -> list[str]:
     """`argv` with each `key=value` turned into `--key value` (`key=true|false` into `--key`/`--no-key` for the
-    boolean `flags`); `--key value` arguments and positionals pass through unchanged."""
+    boolean `flags`); `--key value` arguments and positionals pass through unchanged. A value that itself
+    holds `=` is given as `--key=value`, which passes through."""
     out = []
     for arg in argv:
         if arg.startswith("-") or "=" not in arg:
