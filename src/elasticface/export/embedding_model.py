@@ -20,6 +20,10 @@ class EmbedOnly(nn.Module):
         self._embed_fn = type(module).embed
         for name in names:
             setattr(self, name, getattr(module, name))
+        # and the plain settings `embed` reads (e.g. `channels_last`), never another submodule or tensor
+        for key, value in vars(module).items():
+            if not key.startswith("_") and isinstance(value, (bool, int, float, str)):
+                setattr(self, key, value)
 
     def forward(self, images: torch.Tensor) -> torch.Tensor:
         return self._embed_fn(self, images)
