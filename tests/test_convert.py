@@ -5,15 +5,14 @@ from __future__ import annotations
 import io
 import os
 import struct
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 import torch
 from PIL import Image
 
-from elasticface.data.convert import main, pairs_to_bin, recordio_to_folder, write_recordio
+from elasticface.cli.convert import main
+from elasticface.data.convert import pairs_to_bin, recordio_to_folder, write_recordio
 from elasticface.data.folder import ImageFolderFaces
 from elasticface.data.pair_files import load_bin
 from elasticface.data.recordio import read_record, unpack_header
@@ -110,12 +109,6 @@ def test_cli_and_reindex(folder, tmp_path):
     assert idx.read_text() == original
     assert main(["rec2folder", str(tmp_path / "rec"), str(tmp_path / "back")]) == 0
     assert len(ImageFolderFaces(str(tmp_path / "back"))) == 8
-
-
-def test_cli_module_entry_point(tmp_path):
-    proc = subprocess.run([sys.executable, "-m", "elasticface.data.convert", "--help"], capture_output=True, text=True,
-                          timeout=60)
-    assert proc.returncode == 0 and "folder2rec" in proc.stdout and "pairs2bin" in proc.stdout
 
 
 def test_unreadable_source_images_are_skipped(folder, tmp_path):

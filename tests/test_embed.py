@@ -12,8 +12,9 @@ from torch import nn
 
 from elasticface.data.pairs import TensorPairSet
 from elasticface.data.transforms import normalize
-from elasticface.eval.embed import embed_dataset, evaluate_pair_set, main
-from elasticface.eval.export import export_torchscript
+from elasticface.cli.embed import main
+from elasticface.eval.embedding_loop import embed_dataset, evaluate_pair_set
+from elasticface.export import export_torchscript
 from elasticface.metrics.verification import evaluate_verification, flip_fused_embeddings
 
 

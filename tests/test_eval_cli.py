@@ -17,7 +17,7 @@ from PIL import Image
 from torch import nn
 
 from elasticface.data.pair_files import write_bin
-from elasticface.eval.export import export_onnx, export_torchscript
+from elasticface.export import export_onnx, export_torchscript
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -137,7 +137,7 @@ def test_training_validation_and_eval_embed_faces_identically(eval_data):
 
     from elasticface.data.pair_files import find_bin_sets
     from elasticface.data.transforms import normalize
-    from elasticface.eval.embed import embed_dataset
+    from elasticface.eval.embedding_loop import embed_dataset
     from elasticface.metrics.verification import VerificationAccuracy
     from elasticface.training import build_module
 
@@ -155,7 +155,7 @@ def test_training_validation_and_eval_embed_faces_identically(eval_data):
 
 def test_eval_and_export_from_checkpoint(eval_data, tmp_path):
     pytest.importorskip("elasticface.training")
-    from elasticface.eval.export import main as export_main
+    from elasticface.cli.export import main as export_main
     from elasticface.eval.run import run
 
     ckpt = str(tmp_path / "tiny.ckpt")

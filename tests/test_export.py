@@ -8,7 +8,7 @@ import torch
 from torch import nn
 
 from elasticface.eval.embed import load_embedder
-from elasticface.eval.export import ExportMismatchError, export_onnx, export_torchscript
+from elasticface.export import ExportMismatchError, export_onnx, export_torchscript
 
 pytest.importorskip("onnxruntime")
 

@@ -89,7 +89,8 @@ def test_wheel_ships_every_config_module_script_and_the_licence(wheel):
     metadata = zipfile.ZipFile(wheel).read(f"{dist_info}/METADATA").decode()
     assert "License-Expression: MIT" in metadata.splitlines()
     entry_points = zipfile.ZipFile(wheel).read(f"{dist_info}/entry_points.txt").decode()
-    for name in ("elasticface-train", "elasticface-eval", "elasticface-embed", "elasticface-export", "elasticface-convert"):
+    for name in ("elasticface-train", "elasticface-eval", "elasticface-embed", "elasticface-export", "elasticface-convert",
+                 "elasticface-report"):
         assert f"{name} = " in entry_points, f"console script {name} missing"
 
 

@@ -58,7 +58,8 @@ SWEEP_JOBS = {"hparams_search=paper_table1": 11, "hparams_search=paper_table2": 
 #: runs in the slow suite (`make test-slow`). Commands that do not train (`--cfg job`, help) run in both.
 FAST_TRAINING = {"make train", "python train.py head=elastic_arc_plus sigma=0.0175"}
 TRAINS = ("train.py", "elasticface-train", "make train", "make sweep-demo", "make report", "make bench", "eval.py",
-          "elasticface.eval", "elasticface.data.convert")
+          "elasticface.eval", "elasticface.data.convert", "elasticface-embed", "elasticface-export",
+          "elasticface-convert")
 
 
 def fast(command: str) -> bool:

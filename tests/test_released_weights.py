@@ -184,7 +184,8 @@ def test_elasticface_se_file_is_refused_by_plain_iresnet(tmp_path):
     layout = iresnet_layout(embedding_size=32, se=True, **TINY)
     path = _save(tmp_path / "se.pth", released_state_dict(layout))
     for load in (lambda: load_backbone_weights(B.build_backbone("iresnet_tiny", embedding_size=32), path),
-                 lambda: load_backbone_weights(B.build_backbone("iresnet_tiny", embedding_size=32), path, strict=False)):
+                 lambda: load_backbone_weights(B.build_backbone("iresnet_tiny", embedding_size=32), path,
+                                               strict=False)):
         with pytest.raises(WeightsError, match=r"se\.pth: an ElasticFace SE=True model .*layer1\.0\.se_block\.fc1"):
             load()
     with pytest.raises(WeightsError, match=r"se\.pth: cannot tell .*SE blocks"):
@@ -321,14 +322,15 @@ def _eval(weights: str, bins: Path, out: Path, *extra: str) -> list[dict]:
 
     GlobalHydra.instance().clear()
     with initialize_config_dir(version_base="1.3", config_dir=str(ROOT / "configs")):
-        cfg = compose(config_name="eval", overrides=[f"weights={weights}", f"data.val_root={bins}", "data.val_sets=[lfw]",
-                                                     "device=cpu", "num_workers=0", "plots=false", *extra])
+        cfg = compose(config_name="eval", overrides=[f"weights={weights}", f"data.val_root={bins}",
+                                                     "data.val_sets=[lfw]", "device=cpu", "num_workers=0",
+                                                     "plots=false", *extra])
     return run(cfg, output_dir=str(out))
 
 
 @pytest.mark.slow
 def test_train_export_pth_eval_gives_the_ckpt_accuracy(trained, tmp_path):
-    from elasticface.eval.export import main as export_main
+    from elasticface.cli.export import main as export_main
 
     ckpt, bins = trained
     pth = tmp_path / "backbone.pth"
@@ -347,7 +349,7 @@ def test_train_export_pth_eval_gives_the_ckpt_accuracy(trained, tmp_path):
 @pytest.mark.slow
 def test_onnx_round_trip_from_ckpt_and_from_state_dict(trained, tmp_path):
     pytest.importorskip("onnxruntime")
-    from elasticface.eval.export import main as export_main
+    from elasticface.cli.export import main as export_main
 
     ckpt, bins = trained
     pth, onnx_path = tmp_path / "backbone.pth", tmp_path / "model.onnx"
@@ -365,7 +367,7 @@ def test_onnx_round_trip_from_ckpt_and_from_state_dict(trained, tmp_path):
 def test_embed_cli_takes_a_state_dict(tmp_path, capsys):
     from PIL import Image
 
-    from elasticface.eval.embed import main as embed_main
+    from elasticface.cli.embed import main as embed_main
 
     faces = tmp_path / "faces"
     faces.mkdir()

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from elasticface.report import borda, build_report, max_ranks, read_sweep, to_markdown
-from elasticface.report.__main__ import main
+from elasticface.cli.report import main
 
 BENCHMARKS = ["lfw", "agedb_30", "calfw", "cplfw", "cfp_fp"]
 # Table I of the paper (REFERENCE.md): (head, m, sigma), accuracies in %, the Borda sum the paper prints.

@@ -123,7 +123,7 @@ def _lightning_as_weights(path: str) -> WeightsError:
     return WeightsError(
         f"{path}: a Lightning checkpoint (the whole training state: model, class centres, optimizer), not a backbone "
         f"state_dict. To continue that run use ckpt_path=; to start a new run from its backbone write it out first: "
-        f"python -m elasticface.eval.export --weights {path} --format pth --out backbone.pth"
+        f"elasticface-export --weights {path} --format pth --out backbone.pth"
     )
 
 
@@ -138,7 +138,8 @@ def _as_state_dict(obj: Any, path: str) -> dict[str, Tensor]:
     if isinstance(obj, Mapping) and "state_dict" in obj and LIGHTNING_KEY in obj:
         raise _lightning_as_weights(path)
     if not isinstance(obj, Mapping) or not obj:
-        raise WeightsError(f"{path}: expected a state_dict (a dict of parameter name -> tensor), found {_describe_object(obj)}")
+        raise WeightsError(f"{path}: expected a state_dict (a dict of parameter name -> tensor), "
+                           f"found {_describe_object(obj)}")
     bad = [k for k, v in obj.items() if not isinstance(k, str) or not isinstance(v, Tensor)]
     if bad:
         example = bad[0]
@@ -264,7 +265,8 @@ def infer_backbone(state: Mapping[str, Tensor], path: str) -> str:
                 "use their SE=False release." if layout.se else "")
         raise WeightsError(
             f"{path}: cannot tell which backbone this state_dict is for: it looks like {layout}, which matches none "
-            f"of {', '.join(FACE_BACKBONES)}.{hint} Name it with backbone=<option> (or model.backbone.name=<timm model>)"
+            f"of {', '.join(FACE_BACKBONES)}.{hint} Name it with backbone=<option> "
+            f"(or model.backbone.name=<timm model>)"
         )
     return name
 

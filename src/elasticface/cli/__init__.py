@@ -1,6 +1,15 @@
-"""Command-line entry points: `elasticface-train`, `elasticface-eval` (and `python train.py`/`eval.py`).
+"""Every command's entry point, one file per command, each a few lines over a library function.
 
-The Hydra config tree lives at the top level of the repository (`configs/`) and is shipped inside the
-wheel as `elasticface/configs/`; `elasticface.utils.config.config_dir` finds whichever this copy of the
-package has, so the commands work from any working directory, installed or not.
+Two argument styles, each for what its commands do:
+
+- the jobs, `elasticface-train` (train.py) and `elasticface-eval` (eval.py), are Hydra apps: they compose a
+  run from the config tree (groups, overrides, sweeps with -m, a run directory with its logs);
+- the file tools, `elasticface-embed`, `elasticface-export`, `elasticface-convert` and `python -m
+  elasticface.report` (`elasticface-report`), are argparse commands: one file in, files out, no config tree, no
+  run directory, `--help` without importing torch. Embed and export also take the jobs' `key=value` style
+  (`weights=last.ckpt`; `arguments.key_value_args`), so the model file is given the same way everywhere.
+
+The config tree lives at the top level of the repository (`configs/`) and is shipped inside the wheel as
+`elasticface/configs/`; `elasticface.utils.config.config_dir` finds whichever this copy of the package has, so
+the commands work from any working directory, installed or not.
 """

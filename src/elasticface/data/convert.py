@@ -1,9 +1,6 @@
-"""Converters between face data formats, as functions and as a CLI.
+"""Converters between face data formats: image folder <-> RecordIO, pairs list -> .bin, a lost index rebuilt.
 
-    python -m elasticface.data.convert folder2rec IMAGE_ROOT OUT_DIR      # -> OUT_DIR/train.rec/.idx/property
-    python -m elasticface.data.convert rec2folder REC_ROOT OUT_DIR        # -> OUT_DIR/<label>/<key>.jpg
-    python -m elasticface.data.convert pairs2bin PAIRS IMAGE_ROOT OUT.bin # 'path1 path2 0|1' -> insightface .bin
-    python -m elasticface.data.convert reindex REC_ROOT                   # rebuild a lost train.idx (im2rec order)
+The command is `elasticface-convert` (`elasticface.cli.convert`); `python -m elasticface.data.convert` still runs it.
 
 RecordIO is written in the legacy insightface layout (header key 0, images 1..N, identity ranges
 N+1..N+C, `property`), so insightface's and MXNet's readers open it too. JPEGs that are already
@@ -12,11 +9,9 @@ N+1..N+C, `property`), so insightface's and MXNet's readers open it too. JPEGs t
 
 from __future__ import annotations
 
-import argparse
 import io
 import logging
 import os
-import sys
 from collections.abc import Sequence
 
 import numpy as np
@@ -166,41 +161,8 @@ def rebuild_index(rec_root: str, prefix: str = "train") -> int:
     return count
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m elasticface.data.convert", description=__doc__.split("\n\n")[0])
-    sub = parser.add_subparsers(dest="cmd", required=True)
-    p = sub.add_parser("folder2rec", help="image folder (one sub-folder per identity) -> train.rec/.idx/property")
-    p.add_argument("image_root")
-    p.add_argument("out_dir")
-    p.add_argument("--prefix", default="train")
-    p.add_argument("--image-size", type=int, default=112)
-    p.add_argument("--quality", type=int, default=95)
-    p = sub.add_parser("rec2folder", help="train.rec/.idx -> OUT_DIR/<label>/<key>.jpg")
-    p.add_argument("rec_root")
-    p.add_argument("out_dir")
-    p.add_argument("--prefix", default="train")
-    p = sub.add_parser("pairs2bin", help="pairs list 'path1 path2 0|1' -> insightface .bin")
-    p.add_argument("pairs_file")
-    p.add_argument("image_root")
-    p.add_argument("out_path")
-    p.add_argument("--image-size", type=int, default=112)
-    p.add_argument("--quality", type=int, default=95)
-    p = sub.add_parser("reindex", help="rebuild a missing train.idx by scanning train.rec")
-    p.add_argument("rec_root")
-    p.add_argument("--prefix", default="train")
-    args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
-    if args.cmd == "folder2rec":
-        out = write_recordio(args.image_root, args.out_dir, args.prefix, args.image_size, args.quality)
-    elif args.cmd == "rec2folder":
-        out = recordio_to_folder(args.rec_root, args.out_dir, args.prefix)
-    elif args.cmd == "pairs2bin":
-        out = pairs_to_bin(args.pairs_file, args.image_root, args.out_path, args.image_size, args.quality)
-    else:
-        out = {"records": rebuild_index(args.rec_root, args.prefix)}
-    print(" ".join(f"{k}={v}" for k, v in out.items()))
-    return 0
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    import runpy
+
+    # run_module, not an import: the library layer never imports the commands above it (pyproject's import contract)
+    runpy.run_module("elasticface.cli.convert", run_name="__main__", alter_sys=True)

@@ -92,7 +92,7 @@ class _BinUnpickler(pickle.Unpickler):
         if module.startswith("mxnet"):
             raise pickle.UnpicklingError(
                 f"this .bin holds MXNet objects ({module}.{name}); re-export it with "
-                "bytes entries (python -m elasticface.data.convert pairs2bin)"
+                "bytes entries (elasticface-convert pairs2bin)"
             )
         raise pickle.UnpicklingError(f"refusing to load {module}.{name} from a .bin (only bytes and numpy arrays)")
 

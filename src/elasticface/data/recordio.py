@@ -35,7 +35,7 @@ _LEN_MASK = (1 << 29) - 1
 _U32X2 = struct.Struct("<II")
 _IR = struct.Struct("<IfQQ")
 HEADER_SIZE = _IR.size  # 24
-LAYOUT = "expected {root}/train.rec, train.idx and property as written by insightface (or elasticface.data.convert)"
+LAYOUT = "expected {root}/train.rec, train.idx and property as written by insightface (or elasticface-convert)"
 
 
 class CorruptRecordError(ValueError):
@@ -273,7 +273,7 @@ class IndexedRecordFile:
                 root = os.path.dirname(path) or "."
                 hint = ""
                 if path == idx_path and os.path.isfile(rec_path):
-                    hint = f" (a lost index can be rebuilt: python -m elasticface.data.convert reindex {root})"
+                    hint = f" (a lost index can be rebuilt: elasticface-convert reindex {root})"
                 raise FileNotFoundError(f"{path} not found; " + LAYOUT.format(root=root) + hint)
         self.rec_path, self.idx_path = str(rec_path), str(idx_path)
         keys, offsets = read_index(idx_path)

@@ -1,45 +1,24 @@
-"""Embedding extraction: load a model file (checkpoint, backbone state_dict, ONNX or TorchScript) and embed images.
+"""Model files to embedders (a checkpoint, a backbone state_dict, ONNX or TorchScript), and a folder of faces embedded.
 
-Every evaluation (verification sets, IJB-B/C, a folder of faces) goes through `embed_dataset`: the
-training normalisation (`data.transforms.normalize`), the protocol's flip fusion
-(`metrics.verification.flip_fused_embeddings`, the one training validation uses) and eval mode.
-
-CLI: embed a folder of aligned 112x112 faces into a `.npy` plus an index of relative paths::
-
-    python -m elasticface.eval.embed --weights last.ckpt --images faces/ --out emb.npy
-    python -m elasticface.eval.embed --weights 295672backbone.pth --backbone iresnet100 --images faces/ --out emb.npy
-    python -m elasticface.eval.embed weights=last.ckpt images=faces/ out=emb.npy   # Hydra-style
-
-``--weights`` takes any model file, its type detected (``--ckpt`` and ``--model`` are the same option).
+The embedding itself is `eval.embedding_loop.embed_dataset`, the one loop every evaluation uses. The command is
+`elasticface-embed` (`elasticface.cli.embed`); `python -m elasticface.eval.embed` still runs it.
 """
 
 from __future__ import annotations
 
-import argparse
 import logging
 import os
-import sys
 import warnings
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Mapping
 
 import numpy as np
 import torch
 from torch import Tensor, nn
-from torch.utils.data import DataLoader, Dataset
 
 from elasticface.data.folder import ImageFiles, list_images
-from elasticface.data import transforms
-from elasticface.metrics.verification import VerificationAccuracy, flip_fused_embeddings
+from elasticface.eval.embedding_loop import Embedder, embed_dataset, resolve_device
 
 log = logging.getLogger(__name__)
-
-Embedder = Callable[[Tensor], Tensor]
-
-
-def resolve_device(device: str | torch.device | None = "auto") -> torch.device:
-    if device is None or str(device) == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(device)
 
 
 # -- models ----------------------------------------------------------------------------------------------
@@ -157,58 +136,6 @@ def load_embedder(ckpt_path: str | None = None, model_path: str | None = None, d
     return load_model_file(path, device, backbone, embedding_size)
 
 
-# -- batched embedding -----------------------------------------------------------------------------------
-
-
-@torch.no_grad()
-def embed_dataset(
-    model: Embedder,
-    dataset: Dataset,
-    batch_size: int = 128,
-    flip: bool = True,
-    device: str | torch.device = "auto",
-    num_workers: int = 0,
-) -> tuple[Tensor, Tensor]:
-    """Embed a dataset whose items are `(uint8 [3, H, W], index)`: returns (float32 [N, D] on CPU, indices).
-
-    An nn.Module model is moved to `device` and put in eval mode (restored to train mode afterwards)."""
-    device = resolve_device(device)
-    was_training = isinstance(model, nn.Module) and model.training
-    if isinstance(model, nn.Module):
-        model.to(device).eval()
-    loader = DataLoader(dataset, batch_size=batch_size, shuffle=False, num_workers=num_workers, pin_memory=device.type == "cuda")
-    embeddings, indices = [], []
-    try:
-        for images, idx in loader:
-            x = transforms.normalize(images.to(device, non_blocking=True))
-            embeddings.append(flip_fused_embeddings(model, x, flip).cpu())
-            indices.append(torch.as_tensor(idx).long())
-    finally:
-        if was_training:
-            model.train()
-    if not embeddings:
-        raise ValueError(f"dataset {getattr(dataset, 'name', type(dataset).__name__)} is empty")
-    return torch.cat(embeddings), torch.cat(indices)
-
-
-def evaluate_pair_set(
-    model: Embedder,
-    pairs: Any,
-    batch_size: int = 128,
-    flip: bool = True,
-    device: str | torch.device = "auto",
-    num_workers: int = 0,
-    num_folds: int = 10,
-    far_target: float = 1e-3,
-) -> tuple[dict[str, float], dict[str, np.ndarray]]:
-    """The verification protocol on a `PairSet`: (scalar results, curves for plots)."""
-    emb, idx = embed_dataset(model, pairs, batch_size, flip, device, num_workers)
-    metric = VerificationAccuracy(pairs.issame, num_folds=num_folds, far_target=far_target)
-    metric.update(emb, idx)
-    result = {k: float(v) for k, v in metric.compute().items()}
-    return result, metric.roc_data()
-
-
 # -- a folder of aligned faces ---------------------------------------------------------------------------
 
 
@@ -238,53 +165,8 @@ def embed_folder(
     return out, index_path
 
 
-def _hydra_style(argv: Sequence[str]) -> list[str]:
-    """Accept `key=value` arguments next to `--key value` (weights=, ckpt_path= and model_path= are --weights)."""
-    alias = {"ckpt_path": "weights", "model_path": "weights", "batch_size": "batch-size", "num_workers": "num-workers"}
-    out = []
-    for a in argv:
-        if not a.startswith("-") and "=" in a:
-            key, value = a.split("=", 1)
-            key = alias.get(key, key).replace("_", "-")
-            if value.lower() in ("true", "false") and key in ("flip", "normalize", "resize"):
-                out.append(f"--{key}" if value.lower() == "true" else f"--no-{key}")
-            else:
-                out += [f"--{key}", value]
-        else:
-            out.append(a)
-    return out
-
-
-def add_model_file_arguments(parser: argparse.ArgumentParser) -> None:
-    """The model-file options embed and export share: one file, its type detected, and its architecture."""
-    parser.add_argument("--weights", "--ckpt", "--model", dest="weights",
-                        help="model file: Lightning .ckpt, backbone state_dict .pth/.pt (insightface / ElasticFace "
-                             "layout, `module.` prefix or not), TorchScript or .onnx; --ckpt and --model are the same")
-    parser.add_argument("--backbone", help="architecture of a state_dict (iresnet100, mobilefacenet, any timm name); "
-                                           "default: inferred from its tensors")
-    parser.add_argument("--embedding-size", type=int, help="embedding size of a state_dict (default: the file's)")
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m elasticface.eval.embed", description=__doc__.split("\n\n")[0])
-    add_model_file_arguments(parser)
-    parser.add_argument("--images", required=True, help="folder of aligned 112x112 faces (searched recursively)")
-    parser.add_argument("--out", required=True, help="output .npy; the index goes to the same name with .txt")
-    parser.add_argument("--batch-size", type=int, default=128)
-    parser.add_argument("--num-workers", type=int, default=0)
-    parser.add_argument("--device", default="auto")
-    parser.add_argument("--flip", action=argparse.BooleanOptionalAction, default=True, help="add the flipped image's embedding")
-    parser.add_argument("--normalize", action=argparse.BooleanOptionalAction, default=True, help="L2-normalise the rows")
-    parser.add_argument("--resize", action=argparse.BooleanOptionalAction, default=False, help="resize images that are not 112x112")
-    args = parser.parse_args(_hydra_style(sys.argv[1:] if argv is None else argv))
-    if args.weights is None:
-        parser.error("give the model file: --weights <.ckpt | backbone .pth/.pt | TorchScript | .onnx>")
-    model = load_model_file(args.weights, args.device, args.backbone, args.embedding_size)
-    out, index = embed_folder(model, args.images, args.out, args.batch_size, args.flip, args.normalize,
-                              args.device, args.num_workers, args.resize)
-    print(f"wrote {out} and {index}")
-    return 0
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    import runpy
+
+    # run_module, not an import: the library layer never imports the commands above it (pyproject's import contract)
+    runpy.run_module("elasticface.cli.embed", run_name="__main__", alter_sys=True)

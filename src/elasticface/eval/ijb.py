@@ -254,7 +254,7 @@ def evaluate_ijb(
     image_size: int = 112,
 ) -> dict[str, Any]:
     """Embed, aggregate and score an IJB set. Returns `tar` ({key: TAR}), `scores`, `labels`, `roc`."""
-    from elasticface.eval.embed import embed_dataset
+    from elasticface.eval.embedding_loop import embed_dataset
 
     meta = load_ijb_meta(root, target)
     dataset = IJBImages(meta.image_dir, meta.names, meta.landmarks, image_size)

@@ -110,7 +110,8 @@ def backbone_option(cfg: DictConfig) -> dict[str, Any] | None:
 
 def run(cfg: DictConfig, output_dir: str | None = None) -> list[dict[str, Any]]:
     """Evaluate and save; returns the table rows (one dict per benchmark)."""
-    from elasticface.eval.embed import evaluate_pair_set, load_model_file, one_model_file, resolve_device
+    from elasticface.eval.embed import load_model_file, one_model_file
+    from elasticface.eval.embedding_loop import evaluate_pair_set, resolve_device
 
     output_dir = _output_dir(cfg, output_dir)
     ijb_cfg = cfg.get("ijb") or {}

@@ -1,0 +1,58 @@
+"""`elasticface-convert`: convert between face data formats (the functions are in `elasticface.data.convert`).
+
+    elasticface-convert folder2rec IMAGE_ROOT OUT_DIR      # -> OUT_DIR/train.rec/.idx/property
+    elasticface-convert rec2folder REC_ROOT OUT_DIR        # -> OUT_DIR/<label>/<key>.jpg
+    elasticface-convert pairs2bin PAIRS IMAGE_ROOT OUT.bin # 'path1 path2 0|1' -> insightface .bin
+    elasticface-convert reindex REC_ROOT                   # rebuild a lost train.idx (im2rec order)
+
+The same command as `python -m elasticface.cli.convert` (and the older `python -m elasticface.data.convert`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from collections.abc import Sequence
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="elasticface-convert", description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="cmd", required=True)
+    p = sub.add_parser("folder2rec", help="image folder (one sub-folder per identity) -> train.rec/.idx/property")
+    p.add_argument("image_root")
+    p.add_argument("out_dir")
+    p.add_argument("--prefix", default="train")
+    p.add_argument("--image-size", type=int, default=112)
+    p.add_argument("--quality", type=int, default=95)
+    p = sub.add_parser("rec2folder", help="train.rec/.idx -> OUT_DIR/<label>/<key>.jpg")
+    p.add_argument("rec_root")
+    p.add_argument("out_dir")
+    p.add_argument("--prefix", default="train")
+    p = sub.add_parser("pairs2bin", help="pairs list 'path1 path2 0|1' -> insightface .bin")
+    p.add_argument("pairs_file")
+    p.add_argument("image_root")
+    p.add_argument("out_path")
+    p.add_argument("--image-size", type=int, default=112)
+    p.add_argument("--quality", type=int, default=95)
+    p = sub.add_parser("reindex", help="rebuild a missing train.idx by scanning train.rec")
+    p.add_argument("rec_root")
+    p.add_argument("--prefix", default="train")
+    args = parser.parse_args(argv)
+    from elasticface.data import convert  # here, so that --help answers without importing torch
+
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
+    if args.cmd == "folder2rec":
+        out = convert.write_recordio(args.image_root, args.out_dir, args.prefix, args.image_size, args.quality)
+    elif args.cmd == "rec2folder":
+        out = convert.recordio_to_folder(args.rec_root, args.out_dir, args.prefix)
+    elif args.cmd == "pairs2bin":
+        out = convert.pairs_to_bin(args.pairs_file, args.image_root, args.out_path, args.image_size, args.quality)
+    else:
+        out = {"records": convert.rebuild_index(args.rec_root, args.prefix)}
+    print(" ".join(f"{k}={v}" for k, v in out.items()))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

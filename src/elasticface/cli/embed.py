@@ -1,0 +1,50 @@
+"""`elasticface-embed --weights last.ckpt --images faces/ --out emb.npy`: embed a folder of aligned faces.
+
+Writes a `.npy` (float32 [N, D]) and beside it a `.txt` index of the relative image paths, one per row::
+
+    elasticface-embed --weights last.ckpt --images faces/ --out emb.npy
+    elasticface-embed --weights 295672backbone.pth --backbone iresnet100 --images faces/ --out emb.npy
+    elasticface-embed weights=last.ckpt images=faces/ out=emb.npy   # key=value, as in the Hydra jobs
+
+``--weights`` takes any model file, its type detected (``--ckpt`` and ``--model`` are the same option).
+The same command as `python -m elasticface.cli.embed` (and the older `python -m elasticface.eval.embed`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from elasticface.cli.arguments import add_model_file_arguments, key_value_args
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="elasticface-embed", description=__doc__.split("\n\n")[0])
+    add_model_file_arguments(parser)
+    parser.add_argument("--images", required=True, help="folder of aligned 112x112 faces (searched recursively)")
+    parser.add_argument("--out", required=True, help="output .npy; the index goes to the same name with .txt")
+    parser.add_argument("--batch-size", type=int, default=128)
+    parser.add_argument("--num-workers", type=int, default=0)
+    parser.add_argument("--device", default="auto")
+    parser.add_argument("--flip", action=argparse.BooleanOptionalAction, default=True,
+                        help="add the flipped image's embedding")
+    parser.add_argument("--normalize", action=argparse.BooleanOptionalAction, default=True,
+                        help="L2-normalise the rows")
+    parser.add_argument("--resize", action=argparse.BooleanOptionalAction, default=False,
+                        help="resize images that are not 112x112")
+    args = parser.parse_args(key_value_args(sys.argv[1:] if argv is None else argv,
+                                            flags=("flip", "normalize", "resize")))
+    if args.weights is None:
+        parser.error("give the model file: --weights <.ckpt | backbone .pth/.pt | TorchScript | .onnx>")
+    from elasticface.eval.embed import embed_folder, load_model_file  # here, so that --help answers without torch
+
+    model = load_model_file(args.weights, args.device, args.backbone, args.embedding_size)
+    out, index = embed_folder(model, args.images, args.out, args.batch_size, args.flip, args.normalize,
+                              args.device, args.num_workers, args.resize)
+    print(f"wrote {out} and {index}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,24 @@
+"""A sweep's report on disk: report.md, report.csv and, when there are rows, report_acc_vs_sigma.png."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from elasticface.report.plot import plot_accuracy_vs_sigma
+from elasticface.report.sweep import read_sweep
+from elasticface.report.table import build_report, to_csv, to_markdown
+
+
+def write_report(sweep_dir: Path, out: Path | None = None) -> tuple[str, list[Path]]:
+    """Rank the sweep in `sweep_dir` and write its files to `out` (default: the sweep dir); returns the
+    markdown table and the paths written."""
+    report = build_report(read_sweep(sweep_dir))
+    out = out or sweep_dir
+    out.mkdir(parents=True, exist_ok=True)
+    markdown = to_markdown(report)
+    (out / "report.md").write_text(markdown)
+    (out / "report.csv").write_text(to_csv(report))
+    written = [out / "report.md", out / "report.csv"]
+    if report.rows:
+        written.append(plot_accuracy_vs_sigma(report, out / "report_acc_vs_sigma.png"))
+    return markdown, written
