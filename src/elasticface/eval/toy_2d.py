@@ -169,7 +169,7 @@ def toy_figure(embeddings: np.ndarray, labels: np.ndarray, centres: np.ndarray, 
 
 
 #: what the sweep summary reports per head, as (key in a run's results, column title)
-SUMMARY_METRICS = (("gap_error_deg", "mean |gap − ideal| (°)"), ("std_low_deg", "std, low-variation ids (°)"),
+SUMMARY_METRICS = (("gap_error_deg", r"mean \|gap − ideal\| (°)"), ("std_low_deg", "std, low-variation ids (°)"),
                    ("std_high_deg", "std, high-variation ids (°)"), ("overlap_pct", "overlap (%)"))
 SWEEP_FIGURE_FILE = "toy_2d_heads.png"
 
