@@ -174,13 +174,19 @@ SUMMARY_METRICS = (("gap_error_deg", r"mean \|gap − ideal\| (°)"), ("std_low_
 SWEEP_FIGURE_FILE = "toy_2d_heads.png"
 
 
+def _job_order(job: Path) -> tuple[float, str]:
+    """Hydra's job number first (``10_...`` after ``9_...``), then the name."""
+    number = job.name.split("_", 1)[0]
+    return (int(number) if number.isdigit() else float("inf"), job.name)
+
+
 def read_toy_sweep(sweep_dir: Path) -> list[dict[str, Any]]:
     """Every job of a multirun that wrote toy results, with its head, seed and steps (from summary.json)."""
     sweep_dir = Path(sweep_dir)
     if not sweep_dir.is_dir():
         raise FileNotFoundError(f"{sweep_dir}: no such sweep directory")
     runs = []
-    for job in sorted((p.parent for p in sweep_dir.glob(f"*/{RESULT_FILE}")), key=lambda p: (len(p.name), p.name)):
+    for job in sorted((p.parent for p in sweep_dir.glob(f"*/{RESULT_FILE}")), key=_job_order):
         result = read_toy_results(job)
         summary_path = job / "summary.json"
         summary = json.loads(summary_path.read_text()) if summary_path.is_file() else {}
