@@ -49,6 +49,8 @@ def needs_more(tokens: list[str]) -> bool:
                for t in tokens for word in NEEDS_MORE)
 #: size overrides appended where a command would take long (the README's values are real-run sizes)
 SIZE = {"hparams_search=elastic_optuna": ["hydra.sweeper.n_trials=2"], "bench": ["SIZE=tiny"],
+        # debug=tiny sets a 32-d embedding, which the toy example refuses: give it back its 2-D one
+        "experiment=toy_2d": ["model.embedding_size=2"],
         "sweep-demo": ["ARGS=debug=tiny"]}
 #: jobs of the sweeps that a README command starts (the rest are products of comma-separated values)
 SWEEP_JOBS = {"hparams_search=paper_table1": 11, "hparams_search=paper_table2": 11, "sweep-demo": 11,
@@ -203,6 +205,11 @@ def test_readme_command_runs_verbatim(command, user_files, tmp_path, request):
                                cwd=workdir, capture_output=True, text=True, timeout=900)
         assert sweep.returncode == 0, sweep.stderr[-3000:]
         (workdir / "logs" / "train" / "multiruns").iterdir().__next__().rename(workdir / "sweep")
+    if "elasticface.eval.toy_2d" in command:  # the toy example's summary reads the user's toy sweep: a tiny one
+        sweep = subprocess.run([sys.executable, str(ROOT / "train.py"), "-m", "experiment=toy_2d", "head=arcface,elastic_arc",
+                                "seed=1,2", "debug=tiny", "model.embedding_size=2", "trainer.max_steps=2"],
+                               cwd=workdir, capture_output=True, text=True, timeout=900)
+        assert sweep.returncode == 0, sweep.stderr[-3000:]
     argv = plan(command, workdir, user_files[1])
     if argv is None:
         pytest.skip(f"{command}: {skip_reason(shlex.split(command))}")

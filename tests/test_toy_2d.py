@@ -11,7 +11,9 @@ import torch
 
 from elasticface.data.datamodule import FaceDataModule
 from elasticface.data.synthetic import SyntheticFaces, identity_params, render_face_chw, variation_params
-from elasticface.eval.toy_2d import read_toy_results, toy_geometry
+from conftest import compose_train
+from elasticface.eval.toy_2d import (SWEEP_FIGURE_FILE, main, read_toy_results, read_toy_sweep, summarize_over_seeds,
+                                     toy_geometry, write_toy_results)
 from elasticface.training import run
 
 
@@ -63,11 +65,72 @@ def test_image_size_resizes_train_and_validation_batches():
         FaceDataModule(train_dataset=lambda: None, image_size=4)
 
 
+def test_overlap_counts_embeddings_nearer_another_centre():
+    # centres at 0° and 90°; class 0 at 10° (own), 50° (nearer 90°: overlap), 44° (own); class 1 at 89° (own)
+    centres = np.array([unit(0.0), unit(90.0)])
+    embeddings = np.array([unit(10.0), unit(50.0), unit(44.0), unit(89.0)])
+    result = toy_geometry(embeddings, np.array([0, 0, 0, 1]), centres)
+    assert result["overlap_fraction"] == pytest.approx(1 / 4)
+    # across 0°: class 1's centre at 350°, its embedding at 5° is nearer class 0's centre at 0°
+    result = toy_geometry(np.array([unit(5.0), unit(340.0)]), np.array([1, 1]), np.array([unit(0.0), unit(350.0)]))
+    assert result["overlap_fraction"] == pytest.approx(1 / 2)
+
+
+def test_fewer_than_two_centres_is_refused_naming_the_setting():
+    with pytest.raises(ValueError, match="num_identities"):
+        toy_geometry(np.array([unit(0.0)]), np.array([0]), np.array([unit(0.0)]))
+
+
+def fake_toy_job(job, head: str, seed: int, gap_deg: float, spread_deg: float) -> dict:
+    """A job directory as a toy run writes it: 8 centres with one gap widened by `gap_deg`, classes of ±spread."""
+    centre_deg = np.arange(8) * 45.0
+    centre_deg[1:] += gap_deg
+    centre_deg = centre_deg * 360.0 / (360.0 + gap_deg)  # all gaps now 45·360/(360+g) but the first, wider
+    embeddings, labels = [], []
+    for k in range(8):
+        spread = spread_deg if k < 4 else 2 * spread_deg
+        for offset in (-spread, spread):
+            embeddings.append(unit(centre_deg[k] + offset))
+            labels.append(k)
+    centres = np.array([unit(a) for a in centre_deg])
+    geometry = toy_geometry(np.array(embeddings), np.array(labels), centres, [0.25] * 4 + [1.0] * 4)
+    write_toy_results(job, np.array(embeddings), np.array(labels), centres, geometry, head)
+    (job / "summary.json").write_text(json.dumps({"head": head, "seed": seed, "global_step": 10}))
+    gaps = np.diff(np.append(centre_deg, centre_deg[0] + 360.0))
+    return {"gap_error": np.abs(gaps - 45.0).mean(), "low": spread_deg, "high": 2 * spread_deg}
+
+
+def test_sweep_summary_over_seeds(tmp_path, capsys):
+    expected = {}
+    for job, (head, seed, gap, spread) in enumerate([("arcface", 1, 10.0, 3.0), ("arcface", 2, 20.0, 5.0),
+                                                     ("elastic_arc_plus", 1, 4.0, 1.0), ("elastic_arc_plus", 2, 6.0, 2.0)]):
+        (tmp_path / str(job)).mkdir()
+        expected.setdefault(head, []).append(fake_toy_job(tmp_path / str(job), head, seed, gap, spread))
+    runs = read_toy_sweep(tmp_path)
+    assert [(r["head"], r["seed"]) for r in runs] == [("arcface", 1), ("arcface", 2), ("elastic_arc_plus", 1),
+                                                     ("elastic_arc_plus", 2)]
+    summary = summarize_over_seeds(runs)
+    for head, jobs in expected.items():
+        for key, values in (("gap_error_deg", [j["gap_error"] for j in jobs]), ("std_low_deg", [j["low"] for j in jobs]),
+                            ("std_high_deg", [j["high"] for j in jobs])):
+            mean, std = summary[head][key]
+            assert mean == pytest.approx(sum(values) / 2) and std == pytest.approx(abs(values[0] - values[1]) / math.sqrt(2))
+        assert summary[head]["overlap_pct"] == (0.0, 0.0)
+    assert main([str(tmp_path), "--seed", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "| arcface | 2 | 10 |" in out and "± " in out
+    assert (tmp_path / SWEEP_FIGURE_FILE).stat().st_size > 0
+    assert main([str(tmp_path), "--seed", "7"]) == 2
+    assert "--seed 7" in capsys.readouterr().err
+    assert main([str(tmp_path / "nowhere")]) == 2
+    assert "no such sweep directory" in capsys.readouterr().err
+
+
 def test_toy_2d_run_writes_its_geometry(tiny_cfg, tmp_path):
     cfg = tiny_cfg("experiment=toy_2d", "head=elastic_arc_plus", "model.embedding_size=2", "trainer.max_epochs=1")
     assert cfg.data.batch_size == 16 and cfg.scheduler.milestone_fractions == [0.15, 0.25, 0.3, 0.75]
     summary = run(cfg)
-    assert summary["backbone"] == "resnet18"
+    assert summary["backbone"] == "toy"
     saved = json.loads((tmp_path / "toy_2d.json").read_text())
     result = read_toy_results(tmp_path)
     assert result["embeddings"].shape == (8 * 6, 2) and result["centres"].shape == (8, 2)
@@ -76,13 +139,64 @@ def test_toy_2d_run_writes_its_geometry(tiny_cfg, tmp_path):
     assert saved["identity_variation"] == [0.25] * 4 + [1.0] * 4
     recomputed = toy_geometry(result["embeddings"], result["labels"], result["centres"], saved["identity_variation"])
     assert recomputed["class_std_deg"] == pytest.approx(saved["class_std_deg"])
+    assert recomputed["overlap_fraction"] == pytest.approx(saved["overlap_fraction"])
     assert (tmp_path / "toy_2d.png").stat().st_size > 0
     # the model's own embeddings, as the callback computed them
     centres = torch.load(tmp_path / "checkpoints" / "last.ckpt", weights_only=False)["state_dict"]["classifier.centers.weight"]
     np.testing.assert_allclose(result["centres"], centres.numpy(), rtol=1e-6)
 
 
-def test_toy_2d_without_a_2d_embedding_warns_and_writes_nothing(tiny_cfg, tmp_path):
-    with pytest.warns(UserWarning, match="model.embedding_size=2"):
-        run(tiny_cfg("experiment=toy_2d", "trainer.max_steps=1", "trainer.max_epochs=1"))
-    assert not (tmp_path / "toy_2d.json").exists()
+@pytest.mark.parametrize("overrides, setting", [
+    pytest.param([], "model.embedding_size=32", id="debug=tiny's 32-d embedding"),
+    pytest.param(["model.embedding_size=3"], "model.embedding_size=3", id="3-d embedding"),
+    pytest.param(["model.embedding_size=2", "data.train_dataset.num_identities=1",
+                  "data.train_dataset.identity_variation=null", "data.train_dataset.images_per_identity=16"],
+                 "data.train_dataset.num_identities=1", id="one identity"),
+])
+def test_toy_2d_refuses_what_it_cannot_measure_before_training(tiny_cfg, tmp_path, overrides, setting):
+    with pytest.raises(ValueError, match=setting.replace(".", r"\.")):
+        run(tiny_cfg("experiment=toy_2d", "trainer.max_steps=1", "trainer.max_epochs=1", *overrides))
+    assert not (tmp_path / "toy_2d.json").exists() and not list(tmp_path.glob("checkpoints/*.ckpt"))
+
+
+#: the paper's toy example on a GPU, as the config and the README document it
+PAPER_GPU = ["experiment=toy_2d", "head=arcface", "backbone=resnet18", "data.image_size=112", "trainer.max_steps=11200",
+             "trainer=gpu"]
+
+
+def test_the_papers_resnet18_at_112_composes():
+    from hydra.utils import instantiate
+
+    cfg = compose_train(PAPER_GPU)
+    assert cfg.model.backbone.name == "resnet18" and "channels" not in cfg.model.backbone
+    assert cfg.data.image_size == 112 and cfg.trainer.max_steps == 11200 and cfg.model.embedding_size == 2
+    assert cfg.data.batch_size == 128 and cfg.optimizer.momentum == 0.9
+    milestones = [round(f * cfg.trainer.max_steps) for f in cfg.scheduler.milestone_fractions]
+    assert milestones == [1680, 2800, 3360, 8400]
+    backbone = instantiate(cfg.model.backbone)
+    assert backbone(torch.zeros(2, 3, 112, 112)).shape == (2, 2)
+    assert sum(p.numel() for p in backbone.parameters()) > 11_000_000  # ResNet-18's 11M, not the toy's 0.1M
+    toy = compose_train(["experiment=toy_2d"])
+    assert toy.model.backbone.img_size == toy.data.image_size == 16
+    assert instantiate(toy.model.backbone)(torch.zeros(2, 3, 16, 16)).shape == (2, 2)
+
+
+@pytest.mark.slow
+@pytest.mark.xfail(strict=True, raises=AssertionError, reason="measured: the CPU recipe leaves ArcFace's centres bunched (gaps 2°-199° "
+                   "after 800 steps, seed 1; README, The toy example); strict, so a recipe that converges shows up here")
+def test_the_toy_recipe_converges(tmp_path):
+    """ArcFace, seed 1, the config as it is: every centre gap within 45° ± 5°, the loss flat at the end."""
+    import csv
+
+    summary = run(compose_train(["experiment=toy_2d", "head=arcface", "seed=1"], tmp_path))
+    result = json.loads((tmp_path / "toy_2d.json").read_text())
+    gaps = result["consecutive_gaps_deg"]
+    assert all(abs(g - 45.0) <= 5.0 for g in gaps), gaps
+    rows = list(csv.DictReader(open(next(tmp_path.glob("csv/*/metrics.csv")))))
+    loss = [(int(r["step"]), float(r["train/loss"])) for r in rows if r.get("train/loss")]
+    steps = summary["global_step"]
+    last = [value for step, value in loss if step >= 0.9 * steps]
+    assert len(last) >= 4, loss[-5:]
+    half = len(last) // 2
+    before, after = np.mean(last[:half]), np.mean(last[half:])
+    assert abs(after - before) <= 0.05 * before, (before, after)

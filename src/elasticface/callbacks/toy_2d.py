@@ -2,8 +2,10 @@
 
 Embeds every training face (eval mode, no flip), takes the class centres from the centres layer and
 writes toy_2d.json (angles between consecutive centres, per-class angular std), the arrays (.npy) and
-toy_2d.png into the run directory; the two headline numbers also go to the loggers as `toy/...`.
-Without a 2-D embedding (debug=tiny sets 32) it warns and writes nothing.
+toy_2d.png into the run directory; the headline numbers also go to the loggers as `toy/...`.
+It checks its setting before the first step, so a run that could not be measured never trains: a 2-D
+embedding (model.embedding_size=2; debug=tiny sets 32, so add model.embedding_size=2 after it), at least
+two identities and one centre per class.
 """
 
 from __future__ import annotations
@@ -13,12 +15,11 @@ from pathlib import Path
 import numpy as np
 import pytorch_lightning as pl
 import torch
-from pytorch_lightning.utilities import rank_zero_warn
 from torch.utils.data import DataLoader
 
 from elasticface.data.datamodule import collate_faces
 from elasticface.data.transforms import normalize, resize
-from elasticface.eval.toy_2d import RESULT_FILE, toy_geometry, write_toy_results
+from elasticface.eval.toy_2d import toy_geometry, write_toy_results
 
 
 class Toy2DGeometry(pl.Callback):
@@ -26,21 +27,26 @@ class Toy2DGeometry(pl.Callback):
         self.output_dir = Path(output_dir)
         self.batch_size = batch_size
 
+    def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        num_centres, embedding_size = pl_module.centers.weight.shape
+        if embedding_size != 2:
+            raise ValueError(f"the toy example (callbacks.toy_2d) measures a 2-D embedding: model.embedding_size="
+                             f"{embedding_size}, expected 2 (debug=tiny sets 32: add model.embedding_size=2 after it)")
+        num_classes = trainer.datamodule.train_set.num_classes
+        if num_classes < 2:
+            raise ValueError(f"the toy example (callbacks.toy_2d) needs at least 2 identities: "
+                             f"data.train_dataset.num_identities={num_classes}")
+        if num_centres != num_classes:
+            raise ValueError(f"the toy example (callbacks.toy_2d) needs one centre per class: {num_centres} centres "
+                             f"for {num_classes} classes (sub-centre heads are not supported)")
+
     @torch.no_grad()
     def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if not trainer.is_global_zero:
             return
         centres = pl_module.centers.weight.detach().float().cpu().numpy()
-        if centres.shape[1] != 2:
-            # debug=tiny sets model.embedding_size=32: the run is still a valid smoke test of the rest
-            rank_zero_warn(f"Toy2DGeometry: model.embedding_size={centres.shape[1]}, but the toy example's geometry "
-                           f"needs a 2-D embedding (model.embedding_size=2); no {RESULT_FILE} written")
-            return
         datamodule = trainer.datamodule
         dataset = datamodule.train_set
-        if centres.shape[0] != dataset.num_classes:
-            raise ValueError(f"Toy2DGeometry needs one centre per class: {centres.shape[0]} centres for "
-                             f"{dataset.num_classes} classes (sub-centre heads are not supported)")
         embeddings, labels = self.embed(pl_module, dataset, getattr(datamodule, "image_size", None))
         geometry = toy_geometry(embeddings, labels, centres, getattr(dataset, "identity_variation", None))
         head = type(pl_module.head).__name__
@@ -51,7 +57,8 @@ class Toy2DGeometry(pl.Callback):
         write_toy_results(self.output_dir, embeddings, labels, centres, geometry, title)
         for logger in trainer.loggers:
             logger.log_metrics({"toy/gap_mean_abs_error_deg": geometry["gap_mean_abs_error_deg"],
-                                "toy/mean_class_std_deg": geometry["mean_class_std_deg"]}, step=trainer.global_step)
+                                "toy/mean_class_std_deg": geometry["mean_class_std_deg"],
+                                "toy/overlap_fraction": geometry["overlap_fraction"]}, step=trainer.global_step)
 
     def embed(self, pl_module: pl.LightningModule, dataset: torch.utils.data.Dataset,
               image_size: int | None) -> tuple[np.ndarray, np.ndarray]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import textwrap
 from typing import Mapping
 
 import matplotlib
@@ -10,6 +11,15 @@ matplotlib.use("Agg", force=False)
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
+
+
+def set_title(ax: plt.Axes, title: str) -> None:
+    """The axes' title, wrapped onto more lines where it is wider than the figure (long set names, steps)."""
+    fontsize = plt.rcParams["axes.titlesize"]
+    points = matplotlib.font_manager.FontProperties(size=fontsize).get_size_in_points()
+    # an average glyph of DejaVu Sans is about 0.6 em wide; keep a margin of 10% of the width
+    columns = max(10, int(0.9 * ax.figure.get_figwidth() * 72 / (0.6 * points)))
+    ax.set_title("\n".join(textwrap.wrap(title, columns)) or title)
 
 
 def roc_figure(curves: Mapping[str, tuple[np.ndarray, np.ndarray]], title: str = "ROC", log_far: bool = True) -> Figure:
@@ -27,7 +37,7 @@ def roc_figure(curves: Mapping[str, tuple[np.ndarray, np.ndarray]], title: str =
     ax.set_ylabel("true accept rate")
     ax.set_ylim(0.0, 1.01)
     ax.grid(True, which="both", alpha=0.3)
-    ax.set_title(title)
+    set_title(ax, title)
     if curves:
         ax.legend(loc="lower right")
     fig.tight_layout()
@@ -47,7 +57,7 @@ def score_histogram(genuine: np.ndarray, impostor: np.ndarray, title: str = "sco
         ax.axvline(threshold, color="k", linestyle="--", linewidth=1, label=f"threshold {threshold:.3f}")
     ax.set_xlabel(xlabel)
     ax.set_ylabel("density")
-    ax.set_title(title)
+    set_title(ax, title)
     ax.legend(loc="upper left")
     fig.tight_layout()
     return fig
@@ -58,6 +68,6 @@ def value_histogram(values: np.ndarray, title: str, xlabel: str, bins: int = 50)
     fig, ax = plt.subplots(figsize=(5, 3.5), dpi=100)
     ax.hist(np.asarray(values, dtype=float).ravel(), bins=bins, color="tab:blue", alpha=0.8)
     ax.set_xlabel(xlabel)
-    ax.set_title(title)
+    set_title(ax, title)
     fig.tight_layout()
     return fig

@@ -40,12 +40,16 @@ def toy_geometry(embeddings: np.ndarray, labels: np.ndarray, centres: np.ndarray
     Centres are taken in the order they lie around the circle, so ``consecutive_gaps_deg`` always sums
     to 360°; their deviation from 360°/C says how evenly the classes share the circle. A class's spread
     is the population standard deviation of its embeddings' angles (measured relative to its centre, so
-    a class straddling 0° is not split). With ``identity_variation`` (one factor per class) the spread is
+    a class straddling 0° is not split). ``overlap_fraction`` is the share of embeddings at a smaller angle
+    to another class's centre than to their own: what a nearest-centre classifier would get wrong. With ``identity_variation`` (one factor per class) the spread is
     also averaged per variation level: the toy example's low- and high-variation identities.
     """
     labels = np.asarray(labels)
     centre_angles = angles_deg(centres)
     num_classes = len(centre_angles)
+    if num_classes < 2:
+        raise ValueError(f"the toy example needs at least 2 class centres (data.train_dataset.num_identities), "
+                         f"got {num_classes}")
     if labels.min(initial=0) < 0 or labels.max(initial=0) >= num_classes:
         raise ValueError(f"labels must lie in [0, {num_classes}), the number of centres")
     order = np.argsort(centre_angles)
@@ -55,6 +59,11 @@ def toy_geometry(embeddings: np.ndarray, labels: np.ndarray, centres: np.ndarray
     deviations = wrap_deg(angles_deg(embeddings) - centre_angles[labels])
     class_std = np.array([deviations[labels == k].std() if np.any(labels == k) else np.nan for k in range(num_classes)])
     class_offset = np.array([deviations[labels == k].mean() if np.any(labels == k) else np.nan for k in range(num_classes)])
+    # overlap: an embedding at a smaller angle to another class's centre than to its own
+    to_centres = np.abs(wrap_deg(angles_deg(embeddings)[:, None] - centre_angles[None, :]))
+    own = to_centres[np.arange(len(labels)), labels]
+    to_centres[np.arange(len(labels)), labels] = np.inf
+    overlap = float(np.mean(to_centres.min(axis=1) < own)) if len(labels) else float("nan")
     result: dict[str, Any] = {
         "num_classes": num_classes,
         "num_embeddings": int(len(labels)),
@@ -68,6 +77,7 @@ def toy_geometry(embeddings: np.ndarray, labels: np.ndarray, centres: np.ndarray
         "class_std_deg": class_std.tolist(),
         "class_offset_deg": class_offset.tolist(),
         "mean_class_std_deg": float(np.nanmean(class_std)),
+        "overlap_fraction": overlap,
     }
     if identity_variation is not None:
         variation = np.asarray(identity_variation, dtype=np.float64)
@@ -90,7 +100,7 @@ def write_toy_results(output_dir: Path, embeddings: np.ndarray, labels: np.ndarr
     path = output_dir / RESULT_FILE
     path.write_text(json.dumps({"title": title, **geometry}, indent=2))
     figure = toy_figure(embeddings, labels, centres, geometry, title)
-    figure.savefig(output_dir / FIGURE_FILE, dpi=120, bbox_inches="tight")
+    figure.savefig(output_dir / FIGURE_FILE, dpi=120)
     import matplotlib.pyplot as plt
 
     plt.close(figure)
@@ -118,7 +128,8 @@ def toy_figure(embeddings: np.ndarray, labels: np.ndarray, centres: np.ndarray, 
     matplotlib.use("Agg", force=False)
     import matplotlib.pyplot as plt
 
-    if ax is None:
+    own_figure = ax is None
+    if own_figure:
         figure, ax = plt.subplots(figsize=(4.2, 4.6))
     else:
         figure = ax.figure
@@ -152,4 +163,140 @@ def toy_figure(embeddings: np.ndarray, labels: np.ndarray, centres: np.ndarray, 
     )
     if title:
         ax.set_title(title, fontsize=9)
+    if own_figure:
+        figure.tight_layout()
     return figure
+
+
+#: what the sweep summary reports per head, as (key in a run's results, column title)
+SUMMARY_METRICS = (("gap_error_deg", r"mean \|gap − ideal\| (°)"), ("std_low_deg", "std, low-variation ids (°)"),
+                   ("std_high_deg", "std, high-variation ids (°)"), ("overlap_pct", "overlap (%)"))
+SWEEP_FIGURE_FILE = "toy_2d_heads.png"
+
+
+def _job_order(job: Path) -> tuple[float, str]:
+    """Hydra's job number first (``10_...`` after ``9_...``), then the name."""
+    number = job.name.split("_", 1)[0]
+    return (int(number) if number.isdigit() else float("inf"), job.name)
+
+
+def read_toy_sweep(sweep_dir: Path) -> list[dict[str, Any]]:
+    """Every job of a multirun that wrote toy results, with its head, seed and steps (from summary.json)."""
+    sweep_dir = Path(sweep_dir)
+    if not sweep_dir.is_dir():
+        raise FileNotFoundError(f"{sweep_dir}: no such sweep directory")
+    runs = []
+    for job in sorted((p.parent for p in sweep_dir.glob(f"*/{RESULT_FILE}")), key=_job_order):
+        result = read_toy_results(job)
+        summary_path = job / "summary.json"
+        summary = json.loads(summary_path.read_text()) if summary_path.is_file() else {}
+        result.update(head=summary.get("head", job.name), seed=summary.get("seed"), steps=summary.get("global_step"),
+                      train_seconds=summary.get("train_seconds"))
+        by_level = {float(k): v for k, v in result.get("mean_class_std_deg_by_variation", {}).items()}
+        result.update(gap_error_deg=result["gap_mean_abs_error_deg"],
+                      std_low_deg=by_level[min(by_level)] if by_level else float("nan"),
+                      std_high_deg=by_level[max(by_level)] if len(by_level) > 1 else float("nan"),
+                      overlap_pct=100.0 * result.get("overlap_fraction", float("nan")))
+        runs.append(result)
+    if not runs:
+        raise FileNotFoundError(f"{sweep_dir}: no job wrote {RESULT_FILE} (train with python train.py -m experiment=toy_2d ...)")
+    return runs
+
+
+def summarize_over_seeds(runs: Sequence[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Per head, in the sweep's order: the seeds and, per metric of SUMMARY_METRICS, (mean, std over seeds);
+    the std is the sample std (ddof=1), NaN with one seed."""
+    heads: dict[str, list[dict[str, Any]]] = {}
+    for run in runs:
+        heads.setdefault(run["head"], []).append(run)
+    summary = {}
+    for head, head_runs in heads.items():
+        row: dict[str, Any] = {"seeds": [r["seed"] for r in head_runs], "steps": head_runs[0]["steps"]}
+        for key, _ in SUMMARY_METRICS:
+            values = np.array([r[key] for r in head_runs], dtype=np.float64)
+            row[key] = (float(values.mean()), float(values.std(ddof=1)) if len(values) > 1 else float("nan"))
+        summary[head] = row
+    return summary
+
+
+def format_summary(summary: dict[str, dict[str, Any]]) -> str:
+    """The per-head table as Markdown: mean ± std over seeds."""
+    lines = ["| head | seeds | steps | " + " | ".join(title for _, title in SUMMARY_METRICS) + " |",
+             "|---|---|---|" + "---|" * len(SUMMARY_METRICS)]
+    for head, row in summary.items():
+        cells = [f"{m:.2f}" if np.isnan(s) else f"{m:.2f} ± {s:.2f}" for m, s in (row[k] for k, _ in SUMMARY_METRICS)]
+        lines.append(f"| {head} | {len(row['seeds'])} | {row['steps']} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def toy_sweep_figure(runs: Sequence[dict[str, Any]], columns: int = 3) -> Any:
+    """The runs' pictures side by side (the paper's Fig. 2 shows ArcFace, ElasticFace-Arc and -Arc+),
+    `columns` to a row; each run's ``title`` (else its head and seed) above its panel."""
+    import matplotlib
+
+    matplotlib.use("Agg", force=False)
+    import matplotlib.pyplot as plt
+
+    columns = max(1, min(columns, len(runs)))
+    rows = -(-len(runs) // columns)
+    figure, axes = plt.subplots(rows, columns, figsize=(4.0 * columns, 4.8 * rows), squeeze=False)
+    for ax in axes.flat[len(runs):]:
+        ax.set_visible(False)
+    for ax, run in zip(axes.flat, runs):
+        title = run.get("title") or f"{run.get('head', '')} seed {run.get('seed', '')}".strip()
+        toy_figure(run["embeddings"], run["labels"], run["centres"], run, title=title, ax=ax)
+    figure.tight_layout()
+    return figure
+
+
+def newest_toy_sweep(bases: Sequence[Path] = (Path.cwd(),)) -> Path | None:
+    """The newest multirun under ``<base>/logs/toy_2d/multiruns`` that holds toy results."""
+    for base in bases:
+        sweeps = sorted(p for p in (Path(base) / "logs" / "toy_2d" / "multiruns").glob("*")
+                        if any(p.glob(f"*/{RESULT_FILE}")))
+        if sweeps:
+            return sweeps[-1]
+    return None
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m elasticface.eval.toy_2d [SWEEP_DIR] [--seed N]``: the per-head summary over seeds, and the
+    heads side by side for one seed (toy_2d_heads.png in the sweep directory)."""
+    import argparse
+    import sys
+
+    parser = argparse.ArgumentParser(prog="python -m elasticface.eval.toy_2d", description=main.__doc__)
+    parser.add_argument("sweep_dir", type=Path, nargs="?", default=None,
+                        help="a multirun of experiment=toy_2d (default: the newest under ./logs/toy_2d/multiruns)")
+    parser.add_argument("--seed", type=int, default=None, help="the seed drawn in the figure (default: the first)")
+    args = parser.parse_args(argv)
+    sweep_dir = args.sweep_dir or newest_toy_sweep()
+    if sweep_dir is None:
+        print("error: no toy sweep under ./logs/toy_2d/multiruns; name one, or train: "
+              "python train.py -m experiment=toy_2d head=arcface,elastic_arc,elastic_arc_plus", file=sys.stderr)
+        return 2
+    try:
+        runs = read_toy_sweep(sweep_dir)
+    except (FileNotFoundError, ValueError, KeyError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    seed = args.seed if args.seed is not None else runs[0]["seed"]
+    shown = [r for r in runs if r["seed"] == seed]
+    if not shown:
+        print(f"error: --seed {seed}: no job of {sweep_dir} has it (seeds: {sorted({r['seed'] for r in runs})})",
+              file=sys.stderr)
+        return 2
+    print(f"sweep: {sweep_dir}")
+    print(format_summary(summarize_over_seeds(runs)))
+    import matplotlib.pyplot as plt
+
+    figure = toy_sweep_figure([{**r, "title": f"{r['head']} (seed {seed})"} for r in shown])
+    path = Path(sweep_dir) / SWEEP_FIGURE_FILE
+    figure.savefig(path, dpi=100)
+    plt.close(figure)
+    print(f"written: {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
