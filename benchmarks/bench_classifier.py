@@ -94,6 +94,7 @@ def build(path: str, head_name: str, args: argparse.Namespace, chunk: int | None
 
         def loss_fn(e: Tensor, y: Tensor) -> Tensor:
             return model(e, y).loss
+
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
     return loss_fn, optimizer
 
@@ -111,9 +112,12 @@ def main(argv: list[str] | None = None) -> list[dict]:
     p.add_argument("--classes", type=int, default=85_742)
     p.add_argument("--dim", type=int, default=512)
     p.add_argument("--heads", nargs="*", default=["elastic_arc_plus"])
-    p.add_argument("--paths", nargs="*", default=["released", "dense", "chunked"],
-                   choices=["released", "dense", "chunked"])
-    p.add_argument("--chunks", nargs="*", type=int, default=[DEFAULT_CHUNK_SIZE], help="chunk sizes of the chunked path")
+    p.add_argument(
+        "--paths", nargs="*", default=["released", "dense", "chunked"], choices=["released", "dense", "chunked"]
+    )
+    p.add_argument(
+        "--chunks", nargs="*", type=int, default=[DEFAULT_CHUNK_SIZE], help="chunk sizes of the chunked path"
+    )
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--warmup", type=int, default=1)
     p.add_argument("--threads", type=int, default=None)
@@ -177,10 +181,14 @@ def main(argv: list[str] | None = None) -> list[dict]:
         del built
 
     mem_kind = "cuda max_memory_allocated" if device.type == "cuda" else "peak RSS (VmHWM) increase"
-    print(f"B={a.batch} C={a.classes} D={a.dim} device={device} threads={torch.get_num_threads()} "
-          f"repeats={a.repeats} clock={clock_name}; memory = {mem_kind} during one step (fwd + bwd + SGD momentum)")
-    print(f"{'head':<18}{'path':<9}{'chunk':>7}{'extra MiB':>11}{'total/[C,D]':>13}{'vs dense':>10}{'vs released':>13}"
-          f"{'time vs dense':>15}{'(best)':>8}{'median s':>10}")
+    print(
+        f"B={a.batch} C={a.classes} D={a.dim} device={device} threads={torch.get_num_threads()} "
+        f"repeats={a.repeats} clock={clock_name}; memory = {mem_kind} during one step (fwd + bwd + SGD momentum)"
+    )
+    print(
+        f"{'head':<18}{'path':<9}{'chunk':>7}{'extra MiB':>11}{'total/[C,D]':>13}{'vs dense':>10}{'vs released':>13}"
+        f"{'time vs dense':>15}{'(best)':>8}{'median s':>10}"
+    )
     rows = []
     for head in a.heads:
         dense_v = (head, "dense", None)
@@ -195,11 +203,24 @@ def main(argv: list[str] | None = None) -> list[dict]:
             total = (m + 2 * cd_bytes) / cd_bytes if m is not None else float("nan")
             r_dense = m / m_dense if m is not None and m_dense else float("nan")
             r_rel = m / m_rel if m is not None and m_rel else float("nan")
-            print(f"{v[0]:<18}{v[1]:<9}{v[2] or '-':>7}{(m or 0) / 2**20:>11.0f}{total:>13.2f}{r_dense:>10.3f}"
-                  f"{r_rel:>13.3f}{t_ratio:>15.3f}{t_best:>8.3f}{med:>10.3f}")
-            rows.append({"head": v[0], "path": v[1], "chunk": v[2], "extra_bytes": m, "total_cd": total,
-                         "mem_vs_dense": r_dense, "mem_vs_released": r_rel, "time_vs_dense": t_ratio,
-                         "time_vs_dense_best": t_best, "median_s": med})
+            print(
+                f"{v[0]:<18}{v[1]:<9}{v[2] or '-':>7}{(m or 0) / 2**20:>11.0f}{total:>13.2f}{r_dense:>10.3f}"
+                f"{r_rel:>13.3f}{t_ratio:>15.3f}{t_best:>8.3f}{med:>10.3f}"
+            )
+            rows.append(
+                {
+                    "head": v[0],
+                    "path": v[1],
+                    "chunk": v[2],
+                    "extra_bytes": m,
+                    "total_cd": total,
+                    "mem_vs_dense": r_dense,
+                    "mem_vs_released": r_rel,
+                    "time_vs_dense": t_ratio,
+                    "time_vs_dense_best": t_best,
+                    "median_s": med,
+                }
+            )
     if "adacos" in a.heads:
         print("adacos (dynamic): its chunked step includes one extra no-grad pass over the classes for its scale")
     return rows

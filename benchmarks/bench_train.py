@@ -37,8 +37,18 @@ ROOT = Path(__file__).resolve().parents[1]
 CLOCK = [time.perf_counter]  # --clock: wall time, or this process's CPU time (time.process_time)
 
 #: dense bf16 peak (FLOP/s) by device name, for the model FLOP utilisation
-BF16_PEAK = {"H100": 989e12, "H200": 989e12, "GH200": 989e12, "B200": 2250e12, "A100": 312e12, "L40S": 362e12,
-             "A10G": 70e12, "L4": 121e12, "V100": 125e12, "RTX 4090": 165e12}
+BF16_PEAK = {
+    "H100": 989e12,
+    "H200": 989e12,
+    "GH200": 989e12,
+    "B200": 2250e12,
+    "A100": 312e12,
+    "L40S": 362e12,
+    "A10G": 70e12,
+    "L4": 121e12,
+    "V100": 125e12,
+    "RTX 4090": 165e12,
+}
 
 
 class LinearBackbone(nn.Module):
@@ -97,8 +107,13 @@ class Batches(torch.utils.data.Dataset):
 
 def make_batches(batch: int, image_size: int, classes: int, device: str, n: int = 4) -> list:
     g = torch.Generator().manual_seed(0)
-    return [(torch.rand(batch, 3, image_size, image_size, generator=g).mul_(2).sub_(1).to(device),
-             torch.randint(0, classes, (batch,), generator=g).to(device)) for _ in range(n)]
+    return [
+        (
+            torch.rand(batch, 3, image_size, image_size, generator=g).mul_(2).sub_(1).to(device),
+            torch.randint(0, classes, (batch,), generator=g).to(device),
+        )
+        for _ in range(n)
+    ]
 
 
 class StepClock:
@@ -155,8 +170,11 @@ def plain_seconds(cfg, batches, warmup: int, steps: int, device: str) -> float:
     module = build_module(cfg, cfg.bench_classes).to(device).train()
     optimizer = instantiate(module.hparams.optimizer)(params=module.parameters())
     total = warmup + steps
-    scheduler = instantiate(module.hparams.scheduler)(optimizer=optimizer, total_steps=total) \
-        if module.hparams.scheduler else None
+    scheduler = (
+        instantiate(module.hparams.scheduler)(optimizer=optimizer, total_steps=total)
+        if module.hparams.scheduler
+        else None
+    )
     precision = str(cfg.trainer.precision)
     autocast = torch.autocast(device, dtype=torch.bfloat16, enabled="bf16" in precision)
     clip = module.hparams.clip_grad_norm
@@ -205,17 +223,32 @@ def bench_case(case: str, args: argparse.Namespace, out: Path) -> dict:
 
     extra, image_size, classes = CASES[case]
     batch = args.batch or (64 if args.device == "cpu" else 256)
-    overrides = [*extra, f"data.batch_size={batch}", "logger=csv", f"trainer.precision={args.precision}",
-                 f"model.compile={str(args.compile).lower()}", f"model.channels_last={str(args.channels_last).lower()}",
-                 "extras.print_config=false", "trainer.enable_model_summary=false", "trainer.limit_val_batches=0",
-                 "trainer.max_epochs=1", "trainer.max_steps=-1",
-                 f"trainer.accelerator={'gpu' if args.device == 'cuda' else 'cpu'}", "trainer.devices=1",
-                 *[f"optimizer.{k}" for k in args.optimizer], *args.overrides]
+    overrides = [
+        *extra,
+        f"data.batch_size={batch}",
+        "logger=csv",
+        f"trainer.precision={args.precision}",
+        f"model.compile={str(args.compile).lower()}",
+        f"model.channels_last={str(args.channels_last).lower()}",
+        "extras.print_config=false",
+        "trainer.enable_model_summary=false",
+        "trainer.limit_val_batches=0",
+        "trainer.max_epochs=1",
+        "trainer.max_steps=-1",
+        f"trainer.accelerator={'gpu' if args.device == 'cuda' else 'cpu'}",
+        "trainer.devices=1",
+        *[f"optimizer.{k}" for k in args.optimizer],
+        *args.overrides,
+    ]
     cfg = compose(overrides, out / case)
     with open_dict(cfg):
         cfg.bench_classes = classes
         if case == "zero":
-            cfg.model.backbone = {"_target_": f"{__name__}.LinearBackbone", "embedding_size": 32, "image_size": image_size}
+            cfg.model.backbone = {
+                "_target_": f"{__name__}.LinearBackbone",
+                "embedding_size": 32,
+                "image_size": image_size,
+            }
     batches = make_batches(batch, image_size, classes, args.device)
     plain, light = [], []
     for r in range(args.repeats):
@@ -225,40 +258,67 @@ def bench_case(case: str, args: argparse.Namespace, out: Path) -> dict:
                 plain.append(plain_seconds(cfg, batches, args.warmup, args.steps, args.device))
             else:
                 light.append(lightning_seconds(cfg, batches, args.warmup, args.steps, args.device))
-    p, l = statistics.median(plain), statistics.median(light)
-    row = {"case": case, "batch": batch, "plain_ips": batch / p, "lightning_ips": batch / l, "ratio": l / p,
-           "overhead_ms": 1e3 * (l - p), "plain_all": plain, "lightning_all": light}
+    p, lt = statistics.median(plain), statistics.median(light)
+    row = {
+        "case": case,
+        "batch": batch,
+        "plain_ips": batch / p,
+        "lightning_ips": batch / lt,
+        "ratio": lt / p,
+        "overhead_ms": 1e3 * (lt - p),
+        "plain_all": plain,
+        "lightning_all": light,
+    }
     if args.device == "cuda" or args.flops:
         flops = step_flops(cfg, batches, args.device)
         row["gflop_per_image"] = flops / batch / 1e9
         name = torch.cuda.get_device_name() if args.device == "cuda" else "cpu"
         peak = device_peak(name, args.peak_tflops)
-        row["mfu"] = flops / l / peak if peak else None
+        row["mfu"] = flops / lt / peak if peak else None
     return row
 
 
 def main(argv: list[str] | None = None) -> list[dict]:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--case", action="append", choices=sorted(CASES),
-                        help="default: tiny and zero on cpu, iresnet50 and iresnet100 on cuda")
+    parser.add_argument(
+        "--case",
+        action="append",
+        choices=sorted(CASES),
+        help="default: tiny and zero on cpu, iresnet50 and iresnet100 on cuda",
+    )
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     parser.add_argument("--batch", type=int, default=None, help="default 64 on cpu, 256 on cuda")
     parser.add_argument("--steps", type=int, default=None, help="timed steps per run (default 30 tiny, 300 zero)")
     parser.add_argument("--warmup", type=int, default=None, help="untimed steps first (default 5; 20 with --compile)")
     parser.add_argument("--repeats", type=int, default=4, help="runs per side, alternating")
-    parser.add_argument("--precision", default=None, help="trainer.precision (default 32-true on cpu, bf16-mixed on cuda)")
+    parser.add_argument(
+        "--precision", default=None, help="trainer.precision (default 32-true on cpu, bf16-mixed on cuda)"
+    )
     parser.add_argument("--compile", action="store_true", help="model.compile=true")
     parser.add_argument("--channels-last", action="store_true", help="model.channels_last=true")
-    parser.add_argument("--optimizer", action="append", default=[], metavar="KEY=VALUE",
-                        help="optimizer.KEY=VALUE, e.g. --optimizer fused=false --optimizer foreach=true")
-    parser.add_argument("--clock", choices=["cpu", "wall"], default=None,
-                        help="cpu: this process's CPU time (default on cpu: other jobs on a shared machine add wall "
-                             "time, not CPU time, when one thread is used); wall: elapsed time (default on cuda)")
+    parser.add_argument(
+        "--optimizer",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="optimizer.KEY=VALUE, e.g. --optimizer fused=false --optimizer foreach=true",
+    )
+    parser.add_argument(
+        "--clock",
+        choices=["cpu", "wall"],
+        default=None,
+        help="cpu: this process's CPU time (default on cpu: other jobs on a shared machine add wall "
+        "time, not CPU time, when one thread is used); wall: elapsed time (default on cuda)",
+    )
     parser.add_argument("--flops", action="store_true", help="also count FLOPs on cpu (always on cuda)")
     parser.add_argument("--peak-tflops", type=float, default=None, help="the device's dense bf16 peak, if not known")
-    parser.add_argument("--threads", type=int, default=None,
-                        help="torch threads (default: 1 on cpu: on a busy machine a second OpenMP thread that is "
-                             "descheduled stalls every parallel kernel, which swamps what is measured)")
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        help="torch threads (default: 1 on cpu: on a busy machine a second OpenMP thread that is "
+        "descheduled stalls every parallel kernel, which swamps what is measured)",
+    )
     parser.add_argument("overrides", nargs="*", help="more train.py overrides, e.g. head=elastic_arc_plus")
     args = parser.parse_args(argv)
     if args.device == "cuda" and not torch.cuda.is_available():
@@ -270,8 +330,11 @@ def main(argv: list[str] | None = None) -> list[dict]:
     torch.set_num_threads(args.threads or (1 if args.device == "cpu" else torch.get_num_threads()))
     cases = args.case or (["tiny", "zero"] if args.device == "cpu" else ["iresnet50", "iresnet100"])
     device_name = torch.cuda.get_device_name() if args.device == "cuda" else f"CPU, {torch.get_num_threads()} threads"
-    print(f"bench_train: {device_name}; precision {args.precision}, compile {args.compile}, channels_last "
-          f"{args.channels_last}, optimizer {args.optimizer or 'as configured'}; {args.repeats} runs per side, {args.clock} clock")
+    print(
+        f"bench_train: {device_name}; precision {args.precision}, compile {args.compile}, channels_last "
+        f"{args.channels_last}, optimizer {args.optimizer or 'as configured'}; "
+        f"{args.repeats} runs per side, {args.clock} clock"
+    )
     os.environ.setdefault("WANDB_MODE", "offline")
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -281,9 +344,12 @@ def main(argv: list[str] | None = None) -> list[dict]:
             rows.append(row)
             mfu = f"  MFU {100 * row['mfu']:.1f}%" if row.get("mfu") else ""
             flop = f"  {row['gflop_per_image']:.2f} GFLOP/image" if "gflop_per_image" in row else ""
-            print(f"{case:>10} batch {row['batch']}: plain loop {row['plain_ips']:8.1f} images/s   Lightning "
-                  f"{row['lightning_ips']:8.1f} images/s   ratio (Lightning time / plain time) {row['ratio']:.3f}   "
-                  f"overhead {row['overhead_ms']:+.2f} ms/step{flop}{mfu}", flush=True)
+            print(
+                f"{case:>10} batch {row['batch']}: plain loop {row['plain_ips']:8.1f} images/s   Lightning "
+                f"{row['lightning_ips']:8.1f} images/s   ratio (Lightning time / plain time) {row['ratio']:.3f}   "
+                f"overhead {row['overhead_ms']:+.2f} ms/step{flop}{mfu}",
+                flush=True,
+            )
     return rows
 
 

@@ -103,14 +103,29 @@ def test_chunked_equals_dense_for_every_head(name):
         assert rel(ge_c, ge_d) < 1e-5, where
         assert rel(gw_c, gw_d) < 1e-5, where
         for key, value in _state(head_d).items():  # AdaCos's scale, CurricularFace's t, AdaFace's EMA, ...
-            torch.testing.assert_close(_state(head_c)[key], value, rtol=1e-5, atol=1e-6, equal_nan=True, msg=f"{name}: {key}")
+            torch.testing.assert_close(
+                _state(head_c)[key], value, rtol=1e-5, atol=1e-6, equal_nan=True, msg=f"{name}: {key}"
+            )
         if head_d.last_margins is not None:
             torch.testing.assert_close(out.margins[out.margin_valid], head_d.last_margins)
 
 
 # Circle is left out: its weights α are detached by design, so its gradient is not the loss's derivative.
-@pytest.mark.parametrize("name", ["arcface", "cosface", "combined", "sphereface", "mv_softmax", "li_arcface",
-                                  "magface", "subcenter_arcface", "softmax", "adacos_fixed"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "arcface",
+        "cosface",
+        "combined",
+        "sphereface",
+        "mv_softmax",
+        "li_arcface",
+        "magface",
+        "subcenter_arcface",
+        "softmax",
+        "adacos_fixed",
+    ],
+)
 def test_chunked_gradcheck_float64(name):
     """Loss and gradients of the chunked path in float64 against finite differences (interior points)."""
     head = _build(name)
@@ -259,10 +274,15 @@ def test_bench_classifier_runs_and_refuses_a_chunk_size_beyond_c():
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
     import bench_classifier
 
-    rows = bench_classifier.main(["--classes", "300", "--batch", "16", "--dim", "8", "--repeats", "1",
-                                  "--warmup", "0", "--chunks", "64", "300"])
-    assert [(r["path"], r["chunk"]) for r in rows] == [("released", None), ("dense", None), ("chunked", 64),
-                                                      ("chunked", 300)]
+    rows = bench_classifier.main(
+        ["--classes", "300", "--batch", "16", "--dim", "8", "--repeats", "1", "--warmup", "0", "--chunks", "64", "300"]
+    )
+    assert [(r["path"], r["chunk"]) for r in rows] == [
+        ("released", None),
+        ("dense", None),
+        ("chunked", 64),
+        ("chunked", 300),
+    ]
     assert rows[1]["time_vs_dense"] == 1.0
     with pytest.raises(SystemExit, match=r"--chunks 301: a chunk size must be in \[1, --classes=300\]"):
         bench_classifier.main(["--classes", "300", "--chunks", "301"])

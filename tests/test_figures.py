@@ -30,15 +30,27 @@ def cut_off(fig: Figure) -> list[str]:
     renderer = fig.canvas.get_renderer()
     canvas = fig.bbox
     parts = [(f"axes {ax.get_title()!r}", ax.get_tightbbox(renderer)) for ax in fig.axes]
-    parts += [(f"legend {[t.get_text() for t in leg.get_texts()]}", leg.get_window_extent(renderer)) for leg in fig.legends]
-    parts += [(f"legend of {ax.get_title()!r}", ax.get_legend().get_window_extent(renderer))
-              for ax in fig.axes if ax.get_legend() is not None]
+    parts += [
+        (f"legend {[t.get_text() for t in leg.get_texts()]}", leg.get_window_extent(renderer)) for leg in fig.legends
+    ]
+    parts += [
+        (f"legend of {ax.get_title()!r}", ax.get_legend().get_window_extent(renderer))
+        for ax in fig.axes
+        if ax.get_legend() is not None
+    ]
     parts += [(f"text {t.get_text()!r}", t.get_window_extent(renderer)) for t in fig.texts if t.get_text()]
-    return [f"{what}: x {box.x0:.0f}..{box.x1:.0f}, y {box.y0:.0f}..{box.y1:.0f} "
-            f"outside the canvas {canvas.width:.0f}x{canvas.height:.0f}"
-            for what, box in parts if box is not None and (
-                box.x0 < canvas.x0 - TOLERANCE_PX or box.y0 < canvas.y0 - TOLERANCE_PX
-                or box.x1 > canvas.x1 + TOLERANCE_PX or box.y1 > canvas.y1 + TOLERANCE_PX)]
+    return [
+        f"{what}: x {box.x0:.0f}..{box.x1:.0f}, y {box.y0:.0f}..{box.y1:.0f} "
+        f"outside the canvas {canvas.width:.0f}x{canvas.height:.0f}"
+        for what, box in parts
+        if box is not None
+        and (
+            box.x0 < canvas.x0 - TOLERANCE_PX
+            or box.y0 < canvas.y0 - TOLERANCE_PX
+            or box.x1 > canvas.x1 + TOLERANCE_PX
+            or box.y1 > canvas.y1 + TOLERANCE_PX
+        )
+    ]
 
 
 def test_the_check_sees_a_legend_off_the_edge():
@@ -52,34 +64,63 @@ def test_the_check_sees_a_legend_off_the_edge():
     assert problems and all("legend" in p for p in problems)
 
 
-def report_of(benchmarks: list[str], families: list[tuple[str, float | None, list[float | None]]],
-              extra: dict[str, list[str]] | None = None) -> Report:
+def report_of(
+    benchmarks: list[str],
+    families: list[tuple[str, float | None, list[float | None]]],
+    extra: dict[str, list[str]] | None = None,
+) -> Report:
     """A report as build_report makes one: a row per (family, m, σ[, extra value]), three seeds each."""
     rows = []
     rng = np.random.default_rng(0)
     for family, m, sigmas in families:
-        for values in (zip(*extra.values()) if extra else [()]):
+        for values in zip(*extra.values()) if extra else [()]:
             for sigma in sigmas:
                 runs = [{b: 0.9 + 0.05 * rng.random() for b in benchmarks} for _ in range(3)]
-                rows.append(Row(family=family, m=m, sigma=sigma, extra=dict(zip(extra or {}, values)), seeds=[1, 2, 3],
-                                runs=runs))
+                rows.append(
+                    Row(
+                        family=family,
+                        m=m,
+                        sigma=sigma,
+                        extra=dict(zip(extra or {}, values)),
+                        seeds=[1, 2, 3],
+                        runs=runs,
+                    )
+                )
     return Report(benchmarks=benchmarks, rows=rows, varying=list(extra or {}), unfinished=[], notes=[])
 
 
 ELASTIC_SIGMAS = [0.0125, 0.0175, 0.025, 0.05]
-TABLE_I = [("arcface", 0.45, [None]), ("arcface", 0.5, [None]), ("arcface", 0.55, [None]),
-           ("elastic_arc", 0.5, ELASTIC_SIGMAS), ("elastic_arc_plus", 0.5, ELASTIC_SIGMAS)]
-TABLE_I_AND_II = TABLE_I + [("cosface", 0.3, [None]), ("cosface", 0.35, [None]), ("cosface", 0.4, [None]),
-                            ("elastic_cos", 0.35, ELASTIC_SIGMAS), ("elastic_cos_plus", 0.35, ELASTIC_SIGMAS)]
+TABLE_I = [
+    ("arcface", 0.45, [None]),
+    ("arcface", 0.5, [None]),
+    ("arcface", 0.55, [None]),
+    ("elastic_arc", 0.5, ELASTIC_SIGMAS),
+    ("elastic_arc_plus", 0.5, ELASTIC_SIGMAS),
+]
+TABLE_I_AND_II = TABLE_I + [
+    ("cosface", 0.3, [None]),
+    ("cosface", 0.35, [None]),
+    ("cosface", 0.4, [None]),
+    ("elastic_cos", 0.35, ELASTIC_SIGMAS),
+    ("elastic_cos_plus", 0.35, ELASTIC_SIGMAS),
+]
 
 
-@pytest.mark.parametrize("report", [
-    pytest.param(report_of(["lfw"], [("arcface", 0.5, [None])]), id="one benchmark, one line"),
-    pytest.param(report_of(["lfw"], TABLE_I), id="Table I on one benchmark (the measured bug)"),
-    pytest.param(report_of(["lfw", "agedb_30", "calfw", "cfp_fp", "cplfw"], TABLE_I_AND_II,
-                           extra={"backbone": ["iresnet50", "mobilefacenet_large"]}),
-                 id="both tables, five benchmarks, a varying backbone"),
-])
+@pytest.mark.parametrize(
+    "report",
+    [
+        pytest.param(report_of(["lfw"], [("arcface", 0.5, [None])]), id="one benchmark, one line"),
+        pytest.param(report_of(["lfw"], TABLE_I), id="Table I on one benchmark (the measured bug)"),
+        pytest.param(
+            report_of(
+                ["lfw", "agedb_30", "calfw", "cfp_fp", "cplfw"],
+                TABLE_I_AND_II,
+                extra={"backbone": ["iresnet50", "mobilefacenet_large"]},
+            ),
+            id="both tables, five benchmarks, a varying backbone",
+        ),
+    ],
+)
 def test_accuracy_vs_sigma_fits(report):
     fig = accuracy_vs_sigma_figure(report)
     try:
@@ -115,8 +156,16 @@ def test_toy_figure_fits(num_classes):
 def test_toy_sweep_figure_fits(panels):
     embeddings, labels, centres = ring(8)
     geometry = toy_geometry(embeddings, labels, centres, [0.25] * 4 + [1.0] * 4)
-    runs = [{"embeddings": embeddings, "labels": labels, "centres": centres, **geometry,
-             "title": f"elastic_arc_plus seed {k}"} for k in range(panels)]
+    runs = [
+        {
+            "embeddings": embeddings,
+            "labels": labels,
+            "centres": centres,
+            **geometry,
+            "title": f"elastic_arc_plus seed {k}",
+        }
+        for k in range(panels)
+    ]
     fig = toy_sweep_figure(runs)
     try:
         assert len([ax for ax in fig.axes if ax.get_visible()]) == panels
@@ -133,11 +182,18 @@ def curve(seed: int) -> tuple[np.ndarray, np.ndarray]:
 BENCHMARKS = ["lfw", "agedb_30", "calfw", "cfp_fp", "cplfw", "cfp_ff", "vgg2_fp", "my_own_pairs_from_a_folder"]
 
 
-@pytest.mark.parametrize("names, title", [
-    pytest.param(["lfw"], "ROC", id="one curve, eval's title"),
-    pytest.param(["my_own_pairs_from_a_folder"], "my_own_pairs_from_a_folder ROC (step 295672)", id="callback's longest title"),
-    pytest.param(BENCHMARKS, "ROC (step 295672)", id="eight curves"),
-])
+@pytest.mark.parametrize(
+    "names, title",
+    [
+        pytest.param(["lfw"], "ROC", id="one curve, eval's title"),
+        pytest.param(
+            ["my_own_pairs_from_a_folder"],
+            "my_own_pairs_from_a_folder ROC (step 295672)",
+            id="callback's longest title",
+        ),
+        pytest.param(BENCHMARKS, "ROC (step 295672)", id="eight curves"),
+    ],
+)
 def test_roc_figure_fits(names, title):
     fig = roc_figure({name: curve(k) for k, name in enumerate(names)}, title=title)
     try:
@@ -146,10 +202,15 @@ def test_roc_figure_fits(names, title):
         plt.close(fig)
 
 
-@pytest.mark.parametrize("title, threshold", [
-    pytest.param("lfw pair scores", None, id="eval's title"),
-    pytest.param("my_own_pairs_from_a_folder pair scores (acc 0.9983, step 295672)", 0.2875, id="callback's longest title"),
-])
+@pytest.mark.parametrize(
+    "title, threshold",
+    [
+        pytest.param("lfw pair scores", None, id="eval's title"),
+        pytest.param(
+            "my_own_pairs_from_a_folder pair scores (acc 0.9983, step 295672)", 0.2875, id="callback's longest title"
+        ),
+    ],
+)
 def test_score_histogram_fits(title, threshold):
     rng = np.random.default_rng(0)
     fig = score_histogram(rng.normal(0.6, 0.1, 3000), rng.normal(0.0, 0.1, 3000), title=title, threshold=threshold)

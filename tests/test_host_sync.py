@@ -30,22 +30,41 @@ def reads_per_step(cfg, monkeypatch) -> list[tuple[int, bool, list[tuple[str, st
     return steps.steps
 
 
-@pytest.mark.parametrize("overrides", [
-    [],
-    pytest.param(["head=elastic_arc_plus"], marks=pytest.mark.slow),
-    pytest.param(["head=curricularface", "trainer.precision=bf16-mixed"], marks=pytest.mark.slow),
-    pytest.param(["head=magface", "callbacks.progress_bar._target_=elasticface.callbacks.progress.LoggingStepBar",
-                  "~callbacks.progress_bar.log_every_n_steps"], marks=pytest.mark.slow),
-    pytest.param(["model=partial_fc"], marks=[pytest.mark.slow, pytest.mark.xfail(
-        strict=True, reason="centers.py PartialFC.sample_classes: torch.unique(labels[labels >= 0]) sizes its output "
-                            "from the data (issue 19 rewrites the class layer)")]),
-], ids=["default", "elastic_arc_plus", "curricularface-bf16", "magface-tqdm", "partial_fc"])
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        [],
+        pytest.param(["head=elastic_arc_plus"], marks=pytest.mark.slow),
+        pytest.param(["head=curricularface", "trainer.precision=bf16-mixed"], marks=pytest.mark.slow),
+        pytest.param(
+            [
+                "head=magface",
+                "callbacks.progress_bar._target_=elasticface.callbacks.progress.LoggingStepBar",
+                "~callbacks.progress_bar.log_every_n_steps",
+            ],
+            marks=pytest.mark.slow,
+        ),
+        pytest.param(
+            ["model=partial_fc"],
+            marks=[
+                pytest.mark.slow,
+                pytest.mark.xfail(
+                    strict=True,
+                    reason="centers.py PartialFC.sample_classes: torch.unique(labels[labels >= 0]) sizes its output "
+                    "from the data (issue 19 rewrites the class layer)",
+                ),
+            ],
+        ),
+    ],
+    ids=["default", "elastic_arc_plus", "curricularface-bf16", "magface-tqdm", "partial_fc"],
+)
 def test_steps_that_do_not_log_read_nothing_from_the_device(tiny_cfg, monkeypatch, overrides):
     steps = reads_per_step(tiny_cfg(*OVERRIDES, *overrides), monkeypatch)
     assert len(steps) == 6 and [logged for _, logged, _ in steps].count(True) == 1, steps
     silent = [(step, reads) for step, logged, reads in steps if not logged and reads]
     assert not silent, "host reads on steps that do not log:\n" + "\n".join(
-        f"step {step}: {what} at {where}" for step, reads in silent for what, where in reads)
+        f"step {step}: {what} at {where}" for step, reads in silent for what, where in reads
+    )
     logged = [reads for _, logged, reads in steps if logged][0]
     assert logged, "the logging step reads what it logs: the counter sees reads"
 
@@ -55,11 +74,25 @@ def test_the_counter_sees_each_kind_of_read():
     x = torch.arange(6.0)
     with count_host_reads() as counter:
         counter.active = True
-        x.sum().item(); x.tolist(); bool(x[0]); float(x[1]); int(x[2]); x.nonzero(); x.cpu(); x.numpy()
-        x[x > 2]; torch.unique(x); torch.where(x > 1); x.to("cpu")
+        x.sum().item()
+        x.tolist()
+        bool(x[0])
+        float(x[1])
+        int(x[2])
+        x.nonzero()
+        x.cpu()
+        x.numpy()
+        x[x > 2]
+        torch.unique(x)
+        torch.where(x > 1)
+        x.to("cpu")
         n_reads = len(counter.take())
-        y = x * 2 + 1; torch.where(x > 1, x, y); x[torch.tensor([0, 2])]; x.to(x.device, non_blocking=True)
-        x.masked_fill(x > 2, 0.0); torch._foreach_norm([x, y])
+        y = x * 2 + 1
+        torch.where(x > 1, x, y)
+        x[torch.tensor([0, 2])]
+        x.to(x.device, non_blocking=True)
+        x.masked_fill(x > 2, 0.0)
+        torch._foreach_norm([x, y])
         assert counter.take() == []
     assert n_reads == 12
 
@@ -82,4 +115,6 @@ def test_a_nonfinite_step_between_logging_steps_is_skipped_on_the_device_and_rep
         training.run(tiny_cfg("trainer.log_every_n_steps=3", "checkpoint.every_n_steps=2"))
     last = torch.load(tmp_path / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=False)
     assert last["global_step"] == 4, "the checkpoint after the bad step was refused"
-    assert all(torch.isfinite(v).all() for v in last["state_dict"].values() if torch.is_tensor(v) and v.is_floating_point())
+    assert all(
+        torch.isfinite(v).all() for v in last["state_dict"].values() if torch.is_tensor(v) and v.is_floating_point()
+    )

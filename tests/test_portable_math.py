@@ -44,11 +44,13 @@ def test_superellipse_and_blur_match_their_definitions():
     x, y = (rng.uniform(0.0, 1.5, 5000).astype(np.float32) for _ in range(2))
     for power in (1.5, 2.0, 3.2, 5.0):
         want = (x.astype(np.float64) ** power + y.astype(np.float64) ** power) ** (1.0 / power)
-        assert (np.abs(_superellipse_r(x, y, power) - want) / np.maximum(want, 1e-9)).max() < 2e-5, power  # stated: 1e-5
+        assert (np.abs(_superellipse_r(x, y, power) - want) / np.maximum(want, 1e-9)).max() < 2e-5, (
+            power
+        )  # stated: 1e-5
     for sigma in (0.3, 0.7, 1.5):
         w = _gaussian_weights(sigma).astype(np.float64)
         assert len(w) == math.ceil(3 * sigma) + 1 and abs(w[0] + 2 * w[1:].sum() - 1.0) < 1e-6
-        assert np.allclose(w / w[0], np.exp(-np.arange(len(w)) ** 2 / (2 * sigma**2)), rtol=1e-6)
+        assert np.allclose(w / w[0], np.exp(-(np.arange(len(w)) ** 2) / (2 * sigma**2)), rtol=1e-6)
     img = np.zeros((3, 112, 112), dtype=np.float32)
     img[:, 50, 60] = 1.0
     out = _blur(img, 1.0)
@@ -62,11 +64,61 @@ def test_superellipse_and_blur_match_their_definitions():
 # What decides a synthetic pixel must have one answer on every machine (README "Same faces on every
 # machine"): a static check that catches a forbidden call even on a machine whose kernels happen to agree.
 _FORBIDDEN = {
-    "np": {"exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "sin", "cos", "tan", "arcsin", "arccos", "arctan",
-           "arctan2", "sinh", "cosh", "tanh", "power", "float_power", "hypot", "sum", "mean", "dot", "matmul", "einsum",
-           "convolve", "cumsum", "std", "var", "linalg", "fft"},
-    "math": {"exp", "expm1", "log", "log1p", "log2", "log10", "sin", "cos", "tan", "atan", "atan2", "asin", "acos",
-             "pow", "hypot", "sinh", "cosh", "tanh", "erf", "fsum"},
+    "np": {
+        "exp",
+        "exp2",
+        "expm1",
+        "log",
+        "log2",
+        "log10",
+        "log1p",
+        "sin",
+        "cos",
+        "tan",
+        "arcsin",
+        "arccos",
+        "arctan",
+        "arctan2",
+        "sinh",
+        "cosh",
+        "tanh",
+        "power",
+        "float_power",
+        "hypot",
+        "sum",
+        "mean",
+        "dot",
+        "matmul",
+        "einsum",
+        "convolve",
+        "cumsum",
+        "std",
+        "var",
+        "linalg",
+        "fft",
+    },
+    "math": {
+        "exp",
+        "expm1",
+        "log",
+        "log1p",
+        "log2",
+        "log10",
+        "sin",
+        "cos",
+        "tan",
+        "atan",
+        "atan2",
+        "asin",
+        "acos",
+        "pow",
+        "hypot",
+        "sinh",
+        "cosh",
+        "tanh",
+        "erf",
+        "fsum",
+    },
 }
 
 

@@ -27,8 +27,12 @@ class DtypeProbe(pl.Callback):
         self.seen: dict[str, set] = {"backbone": set(), "cos": set(), "logits": set(), "loss": set(), "weights": set()}
 
     def on_fit_start(self, trainer, pl_module) -> None:
-        pl_module.backbone.register_forward_hook(lambda m, i, o: self.seen["backbone"].add(o.dtype) if m.training else None)
-        pl_module.centers.register_forward_hook(lambda m, i, o: self.seen["cos"].add(o[0].dtype) if m.training else None)
+        pl_module.backbone.register_forward_hook(
+            lambda m, i, o: self.seen["backbone"].add(o.dtype) if m.training else None
+        )
+        pl_module.centers.register_forward_hook(
+            lambda m, i, o: self.seen["cos"].add(o[0].dtype) if m.training else None
+        )
         pl_module.head.register_forward_hook(lambda m, i, o: self.seen["logits"].add(o.dtype) if m.training else None)
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
@@ -41,8 +45,11 @@ def test_bf16_autocast_step_keeps_heads_and_centres_fp32(tiny_cfg, monkeypatch):
     probe = DtypeProbe()
     build = training.required_callbacks
     monkeypatch.setattr(training, "required_callbacks", lambda *a, **k: build(*a, **k) + [probe])
-    summary = training.run(tiny_cfg("trainer.precision=bf16-mixed", "model.channels_last=true", "trainer.max_epochs=1",
-                                    "pixel_baseline=false"))
+    summary = training.run(
+        tiny_cfg(
+            "trainer.precision=bf16-mixed", "model.channels_last=true", "trainer.max_epochs=1", "pixel_baseline=false"
+        )
+    )
     assert probe.seen["backbone"] == {torch.bfloat16}, "autocast is on: the backbone computes in bf16"
     assert probe.seen["cos"] == {torch.float32} and probe.seen["logits"] == {torch.float32}
     assert probe.seen["weights"] == {torch.float32}
@@ -90,8 +97,11 @@ def test_compile_with_a_toolchain_compiles_the_backbone_in_place(tiny_cfg):
 def test_compiled_bf16_channels_last_run_trains(tiny_cfg):
     if speed.missing_compile_toolchain("cpu") or not speed.cpu_has_bf16():
         pytest.skip("needs a C++ compiler and bf16")
-    summary = training.run(tiny_cfg("model.compile=true", "model.channels_last=true", "trainer.precision=bf16-mixed",
-                                    "trainer.max_epochs=1"))
+    summary = training.run(
+        tiny_cfg(
+            "model.compile=true", "model.channels_last=true", "trainer.precision=bf16-mixed", "trainer.max_epochs=1"
+        )
+    )
     assert summary["weights_finite"] and summary["global_step"] > 0
 
 

@@ -9,7 +9,6 @@ boolean-mask indexing, `torch.unique`, ...) and records where each came from. Wh
 from __future__ import annotations
 
 import contextlib
-import sys
 import traceback
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -17,9 +16,24 @@ from dataclasses import dataclass, field
 import torch
 
 # methods of Tensor that read a value back to the host (on a GPU: wait for every queued kernel)
-_READING_METHODS = ("item", "tolist", "__bool__", "__float__", "__int__", "__index__", "__complex__",
-                    "nonzero", "cpu", "numpy", "__array__", "unique", "unique_consecutive", "argwhere",
-                    "masked_select", "repeat_interleave")
+_READING_METHODS = (
+    "item",
+    "tolist",
+    "__bool__",
+    "__float__",
+    "__int__",
+    "__index__",
+    "__complex__",
+    "nonzero",
+    "cpu",
+    "numpy",
+    "__array__",
+    "unique",
+    "unique_consecutive",
+    "argwhere",
+    "masked_select",
+    "repeat_interleave",
+)
 # torch.* functions whose output size depends on the data (the host must see the data to allocate it)
 _READING_FUNCTIONS = ("nonzero", "masked_select", "unique", "unique_consecutive", "argwhere", "repeat_interleave")
 
@@ -41,10 +55,15 @@ class HostReads:
     def record(self, what: str) -> None:
         if not self.active or self._depth:
             return
-        frames = [f for f in traceback.extract_stack()[:-2]
-                  if "/torch/" not in f.filename and "host_reads.py" not in f.filename]
-        where = " <- ".join(f"{f.filename.split('site-packages/')[-1].split('/src/')[-1]}:{f.lineno} ({f.name})"
-                            for f in reversed(frames[-self.frames:]))
+        frames = [
+            f
+            for f in traceback.extract_stack()[:-2]
+            if "/torch/" not in f.filename and "host_reads.py" not in f.filename
+        ]
+        where = " <- ".join(
+            f"{f.filename.split('site-packages/')[-1].split('/src/')[-1]}:{f.lineno} ({f.name})"
+            for f in reversed(frames[-self.frames :])
+        )
         self.reads.append((what, where))
 
     def take(self) -> list[tuple[str, str]]:
@@ -80,12 +99,20 @@ def count_host_reads() -> Iterator[HostReads]:
     # torch.where(cond) with one argument is nonzero
     wrap(torch, "where", "torch.where(cond)", lambda *a, **k: len(a) + len(k) == 1)
     wrap(torch.Tensor, "__getitem__", "boolean-mask indexing", lambda self, index: _is_mask(index))
-    wrap(torch.Tensor, "__setitem__", "boolean-mask assignment of a tensor",
-         lambda self, index, value: _is_mask(index) and isinstance(value, torch.Tensor) and value.numel() > 1)
+    wrap(
+        torch.Tensor,
+        "__setitem__",
+        "boolean-mask assignment of a tensor",
+        lambda self, index, value: _is_mask(index) and isinstance(value, torch.Tensor) and value.numel() > 1,
+    )
     # `.to("cpu")` names the host; `.to(t.device)` follows the data (on this CPU it is "cpu" too, so only the
     # string counts, which is how code that means the host writes it)
-    wrap(torch.Tensor, "to", "Tensor.to('cpu')",
-         lambda self, *a, **k: any(isinstance(x, str) and x.startswith("cpu") for x in list(a) + list(k.values())))
+    wrap(
+        torch.Tensor,
+        "to",
+        "Tensor.to('cpu')",
+        lambda self, *a, **k: any(isinstance(x, str) and x.startswith("cpu") for x in list(a) + list(k.values())),
+    )
     try:
         yield counter
     finally:

@@ -82,8 +82,9 @@ class DivergenceGuard(pl.Callback):
     def on_before_backward(self, trainer: pl.Trainer, pl_module: pl.LightningModule, loss: Tensor) -> None:
         self._loss = loss.detach()
 
-    def on_before_optimizer_step(self, trainer: pl.Trainer, pl_module: pl.LightningModule,
-                                 optimizer: torch.optim.Optimizer) -> None:
+    def on_before_optimizer_step(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, optimizer: torch.optim.Optimizer
+    ) -> None:
         # fp16 AMP: an overflowing gradient is routine, and the GradScaler skips that step itself
         scaler = getattr(trainer.precision_plugin, "scaler", None)
         if self._params is None:
@@ -92,7 +93,9 @@ class DivergenceGuard(pl.Callback):
         loss = self._loss if self._loss is not None else torch.zeros(())
         checks = loss.detach().float().reshape(1)
         if grads:  # one multi-tensor kernel for every gradient's norm
-            checks = torch.cat([checks, torch.stack(torch._foreach_norm([g for _, g in grads])).float().to(loss.device)])
+            checks = torch.cat(
+                [checks, torch.stack(torch._foreach_norm([g for _, g in grads])).float().to(loss.device)]
+            )
         names = [name for name, _ in grads]
         optimizer = getattr(optimizer, "_optimizer", optimizer)  # a LightningOptimizer wraps the torch one
         if scaler is None and skips_on_device(optimizer):
@@ -102,8 +105,9 @@ class DivergenceGuard(pl.Callback):
             return
         self._diverged(trainer, pl_module, trainer.global_step, checks, names, optimizer)
 
-    def _flag_on_device(self, trainer: pl.Trainer, optimizer: torch.optim.Optimizer, checks: Tensor,
-                        names: list[str]) -> None:
+    def _flag_on_device(
+        self, trainer: pl.Trainer, optimizer: torch.optim.Optimizer, checks: Tensor, names: list[str]
+    ) -> None:
         bad = ~torch.isfinite(checks).all()
         if self._bad is None or self._first_checks is None or self._first_checks.shape != checks.shape:
             zero_momentum(optimizer)
@@ -128,8 +132,9 @@ class DivergenceGuard(pl.Callback):
         self._bad.zero_()
         self._first_step.fill_(-1)
         optimizer = trainer.optimizers[0] if trainer.optimizers else None
-        self._diverged(trainer, pl_module, step, checks, self._names, optimizer, count=count, applied=True,
-                       can_log=can_log)
+        self._diverged(
+            trainer, pl_module, step, checks, self._names, optimizer, count=count, applied=True, can_log=can_log
+        )
 
     def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs, batch, batch_idx) -> None:
         if should_update_logs(trainer):
@@ -147,9 +152,18 @@ class DivergenceGuard(pl.Callback):
     def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self.read_flags(trainer, pl_module)
 
-    def _diverged(self, trainer: pl.Trainer, pl_module: pl.LightningModule, step: int, checks: Tensor,
-                  names: list[str], optimizer: torch.optim.Optimizer | None, count: int = 1,
-                  applied: bool = False, can_log: bool = True) -> None:
+    def _diverged(
+        self,
+        trainer: pl.Trainer,
+        pl_module: pl.LightningModule,
+        step: int,
+        checks: Tensor,
+        names: list[str],
+        optimizer: torch.optim.Optimizer | None,
+        count: int = 1,
+        applied: bool = False,
+        can_log: bool = True,
+    ) -> None:
         """Report `count` non-finite steps, the first at `step`: skip them within the budget or stop.
         `applied`: the optimizer already skipped them on the device."""
         values = checks.float().cpu().tolist()
@@ -170,9 +184,13 @@ class DivergenceGuard(pl.Callback):
                 optimizer.zero_grad(set_to_none=True)  # optimizers leave parameters without a gradient alone
             broken = nonfinite_weights(pl_module)
             if broken:  # e.g. BatchNorm statistics of a NaN batch: skipping cannot undo the forward pass
-                raise TrainingDiverged(f"{message}; the forward pass already made buffers non-finite "
-                                       f"({', '.join(broken[:3])}), so the step cannot be skipped")
-            log.warning("%s; step skipped (%d of train.skip_nonfinite_steps=%d)", message, self.skipped, self.skip_budget)
+                raise TrainingDiverged(
+                    f"{message}; the forward pass already made buffers non-finite "
+                    f"({', '.join(broken[:3])}), so the step cannot be skipped"
+                )
+            log.warning(
+                "%s; step skipped (%d of train.skip_nonfinite_steps=%d)", message, self.skipped, self.skip_budget
+            )
             if can_log:
                 pl_module.log("train/skipped_nonfinite_steps", float(self.skipped), on_step=True)
             return

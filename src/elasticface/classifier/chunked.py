@@ -45,8 +45,9 @@ def _drop_target_(z: Tensor, labels: Tensor, start: int) -> Tensor:
     col = labels - start
     inside = (col >= 0) & (col < z.shape[1])
     col = col.clamp(0, z.shape[1] - 1)
-    return z.index_put_((rows, col), torch.where(inside, torch.full_like(col, 0, dtype=z.dtype) - float("inf"),
-                                                 z[rows, col]))
+    return z.index_put_(
+        (rows, col), torch.where(inside, torch.full_like(col, 0, dtype=z.dtype) - float("inf"), z[rows, col])
+    )
 
 
 def _finite_or_zero(x: Tensor) -> Tensor:
@@ -87,8 +88,17 @@ class _NonTargetLSE(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx, x: Tensor, weight: Tensor, labels: Tensor, fn: Callable[[Tensor], Tensor],  # type: ignore[override]
-                k: int, chunk: int, normalize: bool, scale: Tensor | None) -> tuple[Tensor, Tensor]:
+    def forward(
+        ctx,
+        x: Tensor,
+        weight: Tensor,
+        labels: Tensor,
+        fn: Callable[[Tensor], Tensor],  # type: ignore[override]
+        k: int,
+        chunk: int,
+        normalize: bool,
+        scale: Tensor | None,
+    ) -> tuple[Tensor, Tensor]:
         num = weight.shape[0] // k
         rows = _target_rows(labels, k)
         with torch.no_grad():
@@ -105,7 +115,7 @@ class _NonTargetLSE(torch.autograd.Function):
                 if normalize:
                     z = torch.clamp(z, lo, hi, out=z)
             else:
-                z = fn(chunk_cosines(x, weight[start * k: stop * k], normalize, k))
+                z = fn(chunk_cosines(x, weight[start * k : stop * k], normalize, k))
             _drop_target_(z, labels, start)
             lse = torch.logaddexp(lse, _row_lse(z))
             del z
@@ -204,7 +214,7 @@ def _autograd_backward(ctx, grad: Tensor, x: Tensor, weight: Tensor, labels: Ten
         for start in range(0, num, chunk):
             stop = min(start + chunk, num)
             xl = x.detach().requires_grad_(need_x)
-            wl = weight[start * k: stop * k].detach().requires_grad_(need_w)
+            wl = weight[start * k : stop * k].detach().requires_grad_(need_w)
             z = fn(chunk_cosines(xl, wl, ctx.normalize, k))
             # dLSE/dz = softmax over the non-target columns; zero at the target
             p = torch.exp(_drop_target_(z.detach().clone(), labels, start) - lse)
@@ -213,13 +223,20 @@ def _autograd_backward(ctx, grad: Tensor, x: Tensor, weight: Tensor, labels: Ten
             if need_x:
                 grad_x += grads[0]
             if need_w:
-                grad_w[start * k: stop * k] = grads[-1]
+                grad_w[start * k : stop * k] = grads[-1]
     return grad_x, grad_w
 
 
-def chunked_logits(x: Tensor, weight: Tensor, labels: Tensor, fn: Callable[[Tensor], Tensor], k: int = 1,
-                   chunk: int = DEFAULT_CHUNK_SIZE, normalize: bool = True,
-                   scale: Tensor | float | None = None) -> tuple[Tensor, Tensor]:
+def chunked_logits(
+    x: Tensor,
+    weight: Tensor,
+    labels: Tensor,
+    fn: Callable[[Tensor], Tensor],
+    k: int = 1,
+    chunk: int = DEFAULT_CHUNK_SIZE,
+    normalize: bool = True,
+    scale: Tensor | float | None = None,
+) -> tuple[Tensor, Tensor]:
     """``(lse [B], cos_t [B, K])``: :func:`nontarget_lse` and the cosines of each row with its K target
     centres (clamped as the dense path clamps), both differentiable, with one [C·K, D] centre gradient."""
     if isinstance(scale, Tensor):
@@ -229,8 +246,16 @@ def chunked_logits(x: Tensor, weight: Tensor, labels: Tensor, fn: Callable[[Tens
     return _NonTargetLSE.apply(x, weight, labels, fn, k, chunk, normalize, scale)
 
 
-def nontarget_lse(x: Tensor, weight: Tensor, labels: Tensor, fn: Callable[[Tensor], Tensor], k: int = 1,
-                  chunk: int = DEFAULT_CHUNK_SIZE, normalize: bool = True, scale: Tensor | float | None = None) -> Tensor:
+def nontarget_lse(
+    x: Tensor,
+    weight: Tensor,
+    labels: Tensor,
+    fn: Callable[[Tensor], Tensor],
+    k: int = 1,
+    chunk: int = DEFAULT_CHUNK_SIZE,
+    normalize: bool = True,
+    scale: Tensor | float | None = None,
+) -> Tensor:
     """``[B]``: ``log Σ_{j ≠ labels_i} exp(fn(cos_ij))`` over the classes of ``weight`` ([C·K, D], raw rows).
 
     ``x``: the embeddings, already normalised when ``normalize``; ``labels``: column of each row's class

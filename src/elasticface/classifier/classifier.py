@@ -23,8 +23,14 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from elasticface.classifier.centers import FullFC
-from elasticface.classifier.chunked import (DEFAULT_CHUNK_SIZE, chunked_logits, combine_shards, nontarget_lse,
-                                            sum_shards, target_cosines)
+from elasticface.classifier.chunked import (
+    DEFAULT_CHUNK_SIZE,
+    chunked_logits,
+    combine_shards,
+    nontarget_lse,
+    sum_shards,
+    target_cosines,
+)
 from elasticface.classifier.dense import margin_softmax_loss
 from elasticface.heads.shard import ClassShard, use_shard
 from elasticface.utils.distributed import scale_grad
@@ -55,11 +61,16 @@ class Classifier(nn.Module):
         super().__init__()
         if path not in PATHS:
             raise ValueError(f"classifier path={path!r}: must be one of {list(PATHS)}")
-        if chunk_size is not None and (isinstance(chunk_size, bool) or not isinstance(chunk_size, int)
-                                       or not 1 <= chunk_size <= centers.num_classes):
+        if chunk_size is not None and (
+            isinstance(chunk_size, bool)
+            or not isinstance(chunk_size, int)
+            or not 1 <= chunk_size <= centers.num_classes
+        ):
             raise ValueError(f"chunk_size={chunk_size!r}: must be an integer in [1, num_classes={centers.num_classes}]")
         if path == "chunked" and not getattr(head, "chunkable", False):
-            raise ValueError(f"classifier path='chunked': {type(head).__name__} has no chunked form; use path=auto or dense")
+            raise ValueError(
+                f"classifier path='chunked': {type(head).__name__} has no chunked form; use path=auto or dense"
+            )
         self.centers = centers
         self.head = head
         self.chunk_size = chunk_size
@@ -72,7 +83,9 @@ class Classifier(nn.Module):
         [B, D] x [D, C] product: about 1.3x the class layer's time on a CPU, README "The class layer")."""
         if self.path != "auto":
             return self.path == "chunked"
-        return getattr(self.head, "chunkable", False) and self.centers.num_classes > (self.chunk_size or DEFAULT_CHUNK_SIZE)
+        return getattr(self.head, "chunkable", False) and self.centers.num_classes > (
+            self.chunk_size or DEFAULT_CHUNK_SIZE
+        )
 
     @property
     def sharded(self) -> bool:

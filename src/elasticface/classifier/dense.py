@@ -29,8 +29,9 @@ class MarginLoss:
     shard: ClassShard | None  # set when the centres are sharded: rows are then the global batch
 
 
-def margin_softmax_loss(centers: nn.Module, head: nn.Module, embeddings: Tensor, labels: Tensor,
-                        shard: ClassShard | None = None) -> MarginLoss:
+def margin_softmax_loss(
+    centers: nn.Module, head: nn.Module, embeddings: Tensor, labels: Tensor, shard: ClassShard | None = None
+) -> MarginLoss:
     """``shard``: the rows are already the gathered global batch (else sharded centres gather them here)."""
     if shard is None and isinstance(centers, ShardedFC) and centers.is_sharded:
         embeddings, labels, shard = centers.gather_batch(embeddings, labels)
@@ -38,7 +39,11 @@ def margin_softmax_loss(centers: nn.Module, head: nn.Module, embeddings: Tensor,
     norms = embeddings.float().norm(dim=1) if getattr(head, "needs_norms", False) else None
     with use_shard(shard):
         logits = head(cos, mapped, norms)
-    loss = F.cross_entropy(logits, mapped, ignore_index=-1) if shard is None else sharded_cross_entropy(logits, mapped, shard)
+    loss = (
+        F.cross_entropy(logits, mapped, ignore_index=-1)
+        if shard is None
+        else sharded_cross_entropy(logits, mapped, shard)
+    )
     aux = getattr(head, "aux_loss", None)
     if aux is not None:
         # every rank computes the same aux from the global batch: count its gradient once

@@ -67,7 +67,8 @@ def gather_rows(*tensors: Tensor) -> list[Tensor]:
 
 
 class _ShardedCrossEntropy(torch.autograd.Function):
-    """Mean cross-entropy over rows with a label; columns split across ranks; labels -1 where the class lives elsewhere."""
+    """Mean cross-entropy over rows with a label; columns split across ranks; labels -1 where the class lives
+    elsewhere."""
 
     @staticmethod
     def forward(ctx, logits: Tensor, labels: Tensor, valid: Tensor) -> Tensor:  # type: ignore[override]

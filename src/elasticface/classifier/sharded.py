@@ -32,8 +32,15 @@ CHECKPOINT_KEY = "class_centres"
 class ShardedFC(PartialFC):
     """Class centres split across DDP ranks (C // world classes each, the remainder on the first ranks)."""
 
-    def __init__(self, embedding_size: int, num_classes: int, sample_rate: float = 1.0, centers_per_class: int = 1,
-                 normalize: bool = True, init_std: float = 0.01) -> None:
+    def __init__(
+        self,
+        embedding_size: int,
+        num_classes: int,
+        sample_rate: float = 1.0,
+        centers_per_class: int = 1,
+        normalize: bool = True,
+        init_std: float = 0.01,
+    ) -> None:
         super().__init__(embedding_size, num_classes, sample_rate, centers_per_class, normalize, init_std)
         self.rank, self.world = 0, 1
         self.class_start, self.class_stop = 0, num_classes
@@ -66,7 +73,9 @@ class ShardedFC(PartialFC):
         """Sharded, labels >= C would silently find no centre on any rank: fail loudly (on every rank alike,
         as the labels are the gathered ones). One host sync per step; unsharded, indexing fails anyway."""
         if labels.numel() and int(labels.max()) >= self.num_classes:
-            raise ValueError(f"label {int(labels.max())} in the training batch: must be < num_classes={self.num_classes}")
+            raise ValueError(
+                f"label {int(labels.max())} in the training batch: must be < num_classes={self.num_classes}"
+            )
 
     def columns(self, labels: Tensor | None) -> tuple[Tensor, Tensor | None]:
         if not self.is_sharded:
@@ -113,8 +122,11 @@ class ShardedFC(PartialFC):
         for optimizer in optimizers:
             params = [p for group in optimizer.param_groups for p in group["params"]]
             param_ids.append(next((i for i, p in enumerate(params) if p is self.weight), None))
-        checkpoint[CHECKPOINT_KEY] = {"key": key, "rows": self.num_classes * self.centers_per_class,
-                                      "optimizer_param_ids": param_ids}
+        checkpoint[CHECKPOINT_KEY] = {
+            "key": key,
+            "rows": self.num_classes * self.centers_per_class,
+            "optimizer_param_ids": param_ids,
+        }
         if not self.is_sharded:
             return
         full = self._gather_rows(checkpoint["state_dict"][key])
@@ -150,6 +162,8 @@ class ShardedFC(PartialFC):
                     state[name] = value[rows].clone()
 
     def extra_repr(self) -> str:
-        return (f"num_classes={self.num_classes}, centers_per_class={self.centers_per_class}, "
-                f"sample_rate={self.sample_rate}, rank={self.rank}, world={self.world}, "
-                f"classes=[{self.class_start}, {self.class_stop})")
+        return (
+            f"num_classes={self.num_classes}, centers_per_class={self.centers_per_class}, "
+            f"sample_rate={self.sample_rate}, rank={self.rank}, world={self.world}, "
+            f"classes=[{self.class_start}, {self.class_stop})"
+        )

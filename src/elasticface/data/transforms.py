@@ -29,7 +29,9 @@ def resize(images: Tensor, size: int) -> Tensor:
 
 def random_hflip(images: Tensor, p: float = 0.5, generator: torch.Generator | None = None) -> Tensor:
     """Flip each image of the batch horizontally with probability p (one draw per image)."""
-    flip = torch.rand(images.shape[0], generator=generator).lt(p).to(images.device, non_blocking=True)  # no wait for the device
+    flip = (
+        torch.rand(images.shape[0], generator=generator).lt(p).to(images.device, non_blocking=True)
+    )  # no wait for the device
     return torch.where(flip[:, None, None, None], images.flip(-1), images)
 
 
@@ -44,8 +46,15 @@ class BatchAugment:
     - `erasing_p`: probability of one random rectangle (2%-20% of the area) set to 0 (random erasing).
     """
 
-    def __init__(self, brightness: float = 0.0, contrast: float = 0.0, saturation: float = 0.0,
-                 grayscale_p: float = 0.0, shift_px: int = 0, erasing_p: float = 0.0) -> None:
+    def __init__(
+        self,
+        brightness: float = 0.0,
+        contrast: float = 0.0,
+        saturation: float = 0.0,
+        grayscale_p: float = 0.0,
+        shift_px: int = 0,
+        erasing_p: float = 0.0,
+    ) -> None:
         for key, value in (("brightness", brightness), ("contrast", contrast), ("saturation", saturation)):
             if not 0.0 <= value < 1.0:
                 raise ValueError(f"data.augment.{key}={value}: must be in [0, 1)")
@@ -68,7 +77,7 @@ class BatchAugment:
         b, device = images.shape[0], images.device
 
         def factor(strength: float) -> Tensor:
-            return (1.0 + strength * (2.0 * torch.rand(b, 1, 1, 1, device=device) - 1.0))
+            return 1.0 + strength * (2.0 * torch.rand(b, 1, 1, 1, device=device) - 1.0)
 
         x = images
         if self.brightness:
@@ -76,7 +85,7 @@ class BatchAugment:
         if self.contrast:
             mean = x.mean(dim=(1, 2, 3), keepdim=True)
             x = (x - mean) * factor(self.contrast) + mean
-        grey = (0.299 * x[:, 0:1] + 0.587 * x[:, 1:2] + 0.114 * x[:, 2:3])
+        grey = 0.299 * x[:, 0:1] + 0.587 * x[:, 1:2] + 0.114 * x[:, 2:3]
         if self.saturation:
             x = (x - grey) * factor(self.saturation) + grey
         if self.grayscale_p:
@@ -110,7 +119,8 @@ class BatchAugment:
         left = torch.rand(b, device=device) * (w - ew)
         ys = torch.arange(h, device=device)[None, :]
         xs = torch.arange(w, device=device)[None, :]
-        inside = ((ys >= top[:, None]) & (ys < (top + eh)[:, None]))[:, :, None] & \
-                 ((xs >= left[:, None]) & (xs < (left + ew)[:, None]))[:, None, :]
+        inside = ((ys >= top[:, None]) & (ys < (top + eh)[:, None]))[:, :, None] & (
+            (xs >= left[:, None]) & (xs < (left + ew)[:, None])
+        )[:, None, :]
         erase = inside & (torch.rand(b, device=device) < self.erasing_p)[:, None, None]
         return x.masked_fill(erase[:, None], 0.0)

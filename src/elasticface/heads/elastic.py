@@ -132,7 +132,9 @@ class _ElasticBase(GuardedHead):
             u = lo + (hi - lo) * torch.rand(n, generator=gen, dtype=torch.float64)
             z = math.sqrt(2.0) * torch.erfinv(2.0 * u - 1.0)
             draws = (self.m + self.sigma * z).clamp(self.m - t * self.sigma, self.m + t * self.sigma).float()
-        return draws.to(device, non_blocking=True) if device is not None else draws  # a blocking copy waits for the device
+        return (
+            draws.to(device, non_blocking=True) if device is not None else draws
+        )  # a blocking copy waits for the device
 
     def assign(self, draws: Tensor, cos_y: Tensor, valid: Tensor, whole_batch: bool = False) -> Tensor:
         """Apply the '+' rule (if enabled) locally or over the global DDP batch.

@@ -155,7 +155,8 @@ def margin_plan(
     guard: str = "none",
     gradient: str = "exact",
 ):
-    """:func:`margin_logits` as a :class:`~elasticface.heads.plan.HeadPlan`: the margined target, ``s·cos`` elsewhere."""
+    """:func:`margin_logits` as a :class:`~elasticface.heads.plan.HeadPlan`: the margined target, ``s·cos``
+    elsewhere."""
 
     return HeadPlan(margin_target(cos_y, m1, m2, m3, guard, gradient) * s, lambda c: c * s, s)
 

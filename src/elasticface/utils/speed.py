@@ -39,8 +39,12 @@ def compile_available(module: nn.Module) -> bool:
     missing = missing_compile_toolchain(device)
     if missing is None:
         return True
-    log.warning("model.compile=true: torch.compile's inductor backend needs a toolchain on %s: %s. "
-                "Training WITHOUT compile (eager, slower); set model.compile=false to silence this.", device, missing)
+    log.warning(
+        "model.compile=true: torch.compile's inductor backend needs a toolchain on %s: %s. "
+        "Training WITHOUT compile (eager, slower); set model.compile=false to silence this.",
+        device,
+        missing,
+    )
     return False
 
 
@@ -55,8 +59,10 @@ def cpu_has_bf16() -> bool:
 def check_cpu_precision(precision: str, accelerator_is_cpu: bool) -> None:
     """Refuse bf16 on a CPU that would emulate it (a silent slowdown otherwise)."""
     if accelerator_is_cpu and "bf16" in str(precision) and not cpu_has_bf16():
-        raise ValueError(f"trainer.precision={precision}: this CPU has no bf16 instructions (oneDNN reports none), "
-                         f"so bf16 would be emulated and slower than fp32; use trainer.precision=32-true on it")
+        raise ValueError(
+            f"trainer.precision={precision}: this CPU has no bf16 instructions (oneDNN reports none), "
+            f"so bf16 would be emulated and slower than fp32; use trainer.precision=32-true on it"
+        )
 
 
 def check_world_size(num_nodes: int, devices: object) -> None:
@@ -66,6 +72,8 @@ def check_world_size(num_nodes: int, devices: object) -> None:
         return
     if int(num_nodes) * devices != int(world):
         raise ValueError(
-            f"trainer.num_nodes={num_nodes} x trainer.devices={devices} = {int(num_nodes) * devices} processes, but the "
+            f"trainer.num_nodes={num_nodes} x trainer.devices={devices} = {int(num_nodes) * devices} processes, "
+            f"but the "
             f"launcher started WORLD_SIZE={world} (torchrun --nnodes x --nproc-per-node, or SLURM's tasks): set "
-            f"trainer.num_nodes to the number of nodes and trainer.devices to the processes per node")
+            f"trainer.num_nodes to the number of nodes and trainer.devices to the processes per node"
+        )
