@@ -139,7 +139,8 @@ def plan(command: str, workdir: Path, ckpt: Path) -> list[str] | None:
         raise AssertionError(f"README command {command!r}: no rule to run it (tests/test_readme.py)")
     if app:  # a Hydra app
         if needs_more(tokens):  # Hydra refuses --cfg in a multirun: compose the job as a single run
-            argv = [t for t in argv if t != "-m"] + (["hydra.mode=RUN"] if "-m" in argv else [])
+            if "-m" in argv:  # one job of the sweep: the first value of each swept key
+                argv = [first_sweep_value(t) for t in argv if t != "-m"] + ["hydra.mode=RUN"]
             return argv + (["--cfg", "job"] if "--cfg" not in argv else [])
         if app == "train.py" and "--cfg" not in argv and not any(t.startswith("debug=") for t in argv):
             argv.append("debug=tiny")
@@ -147,6 +148,14 @@ def plan(command: str, workdir: Path, ckpt: Path) -> list[str] | None:
             if word in tokens:
                 argv += extra
     return argv
+
+
+def first_sweep_value(token: str) -> str:
+    """`head=arcface,elastic_arc` -> `head=arcface`; lists (`[a,b]`) and other tokens unchanged."""
+    key, sep, value = token.partition("=")
+    if not sep or value.startswith(("[", "{", "'", '"')) or "," not in value:
+        return token
+    return f"{key}={value.split(',')[0]}"
 
 
 def fresh_workdir(user_files: tuple[Path, Path], tmp_path: Path) -> Path:
