@@ -12,8 +12,15 @@ import torch
 from elasticface.data.datamodule import FaceDataModule
 from elasticface.data.synthetic import SyntheticFaces, identity_params, render_face_chw, variation_params
 from conftest import compose_train
-from elasticface.eval.toy_2d import (SWEEP_FIGURE_FILE, main, read_toy_results, read_toy_sweep, summarize_over_seeds,
-                                     toy_geometry, write_toy_results)
+from elasticface.eval.toy_2d import (
+    SWEEP_FIGURE_FILE,
+    main,
+    read_toy_results,
+    read_toy_sweep,
+    summarize_over_seeds,
+    toy_geometry,
+    write_toy_results,
+)
 from elasticface.training import run
 
 
@@ -102,19 +109,34 @@ def fake_toy_job(job, head: str, seed: int, gap_deg: float, spread_deg: float) -
 
 def test_sweep_summary_over_seeds(tmp_path, capsys):
     expected = {}
-    for job, (head, seed, gap, spread) in enumerate([("arcface", 1, 10.0, 3.0), ("arcface", 2, 20.0, 5.0),
-                                                     ("elastic_arc_plus", 1, 4.0, 1.0), ("elastic_arc_plus", 2, 6.0, 2.0)]):
+    for job, (head, seed, gap, spread) in enumerate(
+        [
+            ("arcface", 1, 10.0, 3.0),
+            ("arcface", 2, 20.0, 5.0),
+            ("elastic_arc_plus", 1, 4.0, 1.0),
+            ("elastic_arc_plus", 2, 6.0, 2.0),
+        ]
+    ):
         (tmp_path / str(job)).mkdir()
         expected.setdefault(head, []).append(fake_toy_job(tmp_path / str(job), head, seed, gap, spread))
     runs = read_toy_sweep(tmp_path)
-    assert [(r["head"], r["seed"]) for r in runs] == [("arcface", 1), ("arcface", 2), ("elastic_arc_plus", 1),
-                                                     ("elastic_arc_plus", 2)]
+    assert [(r["head"], r["seed"]) for r in runs] == [
+        ("arcface", 1),
+        ("arcface", 2),
+        ("elastic_arc_plus", 1),
+        ("elastic_arc_plus", 2),
+    ]
     summary = summarize_over_seeds(runs)
     for head, jobs in expected.items():
-        for key, values in (("gap_error_deg", [j["gap_error"] for j in jobs]), ("std_low_deg", [j["low"] for j in jobs]),
-                            ("std_high_deg", [j["high"] for j in jobs])):
+        for key, values in (
+            ("gap_error_deg", [j["gap_error"] for j in jobs]),
+            ("std_low_deg", [j["low"] for j in jobs]),
+            ("std_high_deg", [j["high"] for j in jobs]),
+        ):
             mean, std = summary[head][key]
-            assert mean == pytest.approx(sum(values) / 2) and std == pytest.approx(abs(values[0] - values[1]) / math.sqrt(2))
+            assert mean == pytest.approx(sum(values) / 2) and std == pytest.approx(
+                abs(values[0] - values[1]) / math.sqrt(2)
+            )
         assert summary[head]["overlap_pct"] == (0.0, 0.0)
     assert main([str(tmp_path), "--seed", "2"]) == 0
     out = capsys.readouterr().out
@@ -142,17 +164,29 @@ def test_toy_2d_run_writes_its_geometry(tiny_cfg, tmp_path):
     assert recomputed["overlap_fraction"] == pytest.approx(saved["overlap_fraction"])
     assert (tmp_path / "toy_2d.png").stat().st_size > 0
     # the model's own embeddings, as the callback computed them
-    centres = torch.load(tmp_path / "checkpoints" / "last.ckpt", weights_only=False)["state_dict"]["classifier.centers.weight"]
+    centres = torch.load(tmp_path / "checkpoints" / "last.ckpt", weights_only=False)["state_dict"][
+        "classifier.centers.weight"
+    ]
     np.testing.assert_allclose(result["centres"], centres.numpy(), rtol=1e-6)
 
 
-@pytest.mark.parametrize("overrides, setting", [
-    pytest.param([], "model.embedding_size=32", id="debug=tiny's 32-d embedding"),
-    pytest.param(["model.embedding_size=3"], "model.embedding_size=3", id="3-d embedding"),
-    pytest.param(["model.embedding_size=2", "data.train_dataset.num_identities=1",
-                  "data.train_dataset.identity_variation=null", "data.train_dataset.images_per_identity=16"],
-                 "data.train_dataset.num_identities=1", id="one identity"),
-])
+@pytest.mark.parametrize(
+    "overrides, setting",
+    [
+        pytest.param([], "model.embedding_size=32", id="debug=tiny's 32-d embedding"),
+        pytest.param(["model.embedding_size=3"], "model.embedding_size=3", id="3-d embedding"),
+        pytest.param(
+            [
+                "model.embedding_size=2",
+                "data.train_dataset.num_identities=1",
+                "data.train_dataset.identity_variation=null",
+                "data.train_dataset.images_per_identity=16",
+            ],
+            "data.train_dataset.num_identities=1",
+            id="one identity",
+        ),
+    ],
+)
 def test_toy_2d_refuses_what_it_cannot_measure_before_training(tiny_cfg, tmp_path, overrides, setting):
     with pytest.raises(ValueError, match=setting.replace(".", r"\.")):
         run(tiny_cfg("experiment=toy_2d", "trainer.max_steps=1", "trainer.max_epochs=1", *overrides))
@@ -160,8 +194,14 @@ def test_toy_2d_refuses_what_it_cannot_measure_before_training(tiny_cfg, tmp_pat
 
 
 #: the paper's toy example on a GPU, as the config and the README document it
-PAPER_GPU = ["experiment=toy_2d", "head=arcface", "backbone=resnet18", "data.image_size=112", "trainer.max_steps=11200",
-             "trainer=gpu"]
+PAPER_GPU = [
+    "experiment=toy_2d",
+    "head=arcface",
+    "backbone=resnet18",
+    "data.image_size=112",
+    "trainer.max_steps=11200",
+    "trainer=gpu",
+]
 
 
 def test_the_papers_resnet18_at_112_composes():
@@ -182,8 +222,13 @@ def test_the_papers_resnet18_at_112_composes():
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason="measured: the CPU recipe leaves two pairs of ArcFace's centres merged "
-                   "(gaps 0.2°-113.5° after 800 steps, seed 1; README, The toy example); strict, so a recipe that converges shows up here")
+@pytest.mark.xfail(
+    strict=True,
+    raises=AssertionError,
+    reason="measured: the CPU recipe leaves two pairs of ArcFace's centres merged "
+    "(gaps 0.2°-113.5° after 800 steps, seed 1; README, The toy example); strict, so a recipe that converges "
+    "shows up here",
+)
 def test_the_toy_recipe_converges(tmp_path):
     """ArcFace, seed 1, the config as it is: every centre gap within 45° ± 5°, the loss flat at the end."""
     import csv
