@@ -429,8 +429,8 @@ def test_eval_mode_does_not_update_state():
 HEAD_CONFIGS = sorted(p.stem for p in (CONFIGS / "head").glob("*.yaml"))
 
 
-def test_build_head_takes_its_defaults_from_the_head_config():
-    """One home for defaults: a changed YAML value is what build_head builds, and overrides win over it."""
+def test_build_head_takes_its_paper_defaults_and_overrides():
+    """build_head builds the registry's paper defaults, and overrides win over them."""
     plus = build_head("elastic_arc_plus")
     assert (plus.m, plus.s, plus.sigma, plus.plus) == (0.5, 64.0, 0.0175, True)
     assert build_head("elastic_cos_plus").sigma == 0.025

@@ -2,8 +2,8 @@
 
 Every head subclasses :class:`MarginHead` and changes only the target logit of rows with a label
 >= 0 (curriculum / mis-classified-vector / circle heads also reweight negatives), in fp32 (float64
-stays float64) even under autocast. ``build_head(name, **kwargs)`` builds one by name from its
-config, ``configs/head/<name>.yaml``, the one home of every head's defaults.
+stays float64) even under autocast. ``build_head(name, **kwargs)`` builds one by name from the
+registry (registry.py), the one home of every head's defaults; ``configs/head/<name>.yaml`` is checked against it.
 
 =================  ===============================================  ============  ========
 name               target logit                                      guard         gradient

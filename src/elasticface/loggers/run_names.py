@@ -13,9 +13,10 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig
 
+from elasticface.heads.registry import HEADS
 from elasticface.utils.config import group_choices
 
-DEFAULT_SCALE = 64.0
+PAPER_SCALE = 64.0  # the scale of a head the registry does not know (a config of the user's own)
 
 
 def group_choice(cfg: DictConfig, group: str) -> str:
@@ -35,13 +36,15 @@ def run_name(cfg: DictConfig) -> str:
 
     E.g. `elastic_arc_plus-m0.5-sigma0.0175-iresnet50-seed42`.
 
-    s appears only when it is not the paper's 64; σ only for heads that have one. Safe as a directory
-    name (TensorBoard shows the directory as the run's name).
+    s appears only when it is not the head's paper default (heads/registry.py); σ only for heads that have
+    one. Safe as a directory name (TensorBoard shows the directory as the run's name).
     """
-    parts = [group_choice(cfg, "head")]
+    head = group_choice(cfg, "head")
+    parts = [head]
     if cfg.get("m") is not None:
         parts.append(f"m{cfg.m:g}")
-    if cfg.get("s") is not None and float(cfg.s) != DEFAULT_SCALE:
+    paper_s = HEADS[head].s if head in HEADS else PAPER_SCALE
+    if cfg.get("s") is not None and float(cfg.s) != paper_s:
         parts.append(f"s{cfg.s:g}")
     if cfg.get("sigma") is not None:
         parts.append(f"sigma{cfg.sigma:g}")
