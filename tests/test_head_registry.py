@@ -1,6 +1,7 @@
 """Every configs/head/<name>.yaml agrees with the head registry (heads/registry.py), the one source of the
 heads' defaults: same heads, same top-level m, s, sigma, same class and arguments, m/s/sigma interpolated."""
 
+import inspect
 from pathlib import Path
 
 import pytest
@@ -43,3 +44,28 @@ def test_head_yaml_matches_the_registry(path):
         assert key in cfg, f"{path}: top-level {key} missing (null where the head has none)"
         assert cfg[key] == getattr(entry, key), f"{path}: {key}: YAML {cfg[key]!r}, registry {getattr(entry, key)!r}"
     _check_node(f"{path}: model.head", cfg.model.head, entry, {k: cfg[k] for k in ("m", "s", "sigma")})
+
+
+def _entries() -> dict[str, HeadEntry]:
+    """Every entry the registry builds from, sub-center bases included (`<name>.base`)."""
+    out = dict(HEADS)
+    out.update({f"{name}.base": entry.base for name, entry in HEADS.items() if entry.base is not None})
+    return out
+
+
+ENTRIES = _entries()
+
+
+@pytest.mark.parametrize("name", sorted(ENTRIES))
+def test_the_registry_is_the_only_home_of_the_defaults(name):
+    """A constructor default for an argument the registry supplies would be a second home of the value, so
+    the heads take those arguments keyword-only with no default."""
+    entry = ENTRIES[name]
+    params = inspect.signature(entry.cls.__init__).parameters
+    supplied = set(entry.kwargs() if entry.base is None else entry.args)  # a wrapper's m, s, sigma go to its base
+    unknown = supplied - set(params)
+    assert not unknown, f"{name}: the registry supplies {sorted(unknown)}, which {entry.cls.__name__} does not take"
+    doubled = sorted(k for k in supplied if params[k].default is not inspect.Parameter.empty)
+    assert not doubled, f"{name}: {entry.cls.__name__}.__init__ has defaults for {doubled}, which the registry supplies"
+    positional = sorted(k for k in supplied if params[k].kind is not inspect.Parameter.KEYWORD_ONLY)
+    assert not positional, f"{name}: {entry.cls.__name__}.__init__ takes {positional} by position, not keyword-only"

@@ -31,11 +31,11 @@ def fixed_scale(num_classes: int) -> float:
 
 
 class AdaCos(MarginHead):
-    """AdaCos with a fixed (``dynamic=False``) or per-step adaptive scale; ``num_classes`` defaults to C."""
+    """AdaCos with a fixed (``dynamic=False``) or per-step adaptive scale; ``num_classes=None`` means C."""
 
     scale: Tensor
 
-    def __init__(self, num_classes: int | None = None, dynamic: bool = True) -> None:
+    def __init__(self, *, num_classes: int | None, dynamic: bool) -> None:
         super().__init__(None)
         if num_classes is not None:
             fixed_scale(int(num_classes))

@@ -24,16 +24,7 @@ class AdaFace(GuardedHead):
     batch_mean: Tensor
     batch_std: Tensor
 
-    def __init__(
-        self,
-        s: float = 64.0,
-        m: float = 0.4,
-        h: float = 0.333,
-        t_alpha: float = 0.01,
-        eps: float = 1e-3,
-        guard: str = "clip",
-        gradient: str = "exact",
-    ) -> None:
+    def __init__(self, *, s: float, m: float, h: float, t_alpha: float, eps: float, guard: str, gradient: str) -> None:
         super().__init__(s, guard, gradient)
         self.m = check_range("m", m, 0.0, 1.0)
         self.h = check_range("h", h, 0.0)

@@ -17,7 +17,7 @@ from .functional import gather_target, put_target
 class Circle(MarginHead):
     """Circle loss logits with relaxation margin ``m`` and scale ``s`` (= γ)."""
 
-    def __init__(self, s: float = 256.0, m: float = 0.25) -> None:
+    def __init__(self, *, s: float, m: float) -> None:
         super().__init__(s)
         self.m = check_range("m", m, 0.0, 1.0)
 

@@ -23,9 +23,7 @@ class CurricularFace(GuardedHead):
 
     t: Tensor
 
-    def __init__(
-        self, s: float = 64.0, m: float = 0.5, momentum: float = 0.01, guard: str = "thmm", gradient: str = "exact"
-    ) -> None:
+    def __init__(self, *, s: float, m: float, momentum: float, guard: str, gradient: str) -> None:
         super().__init__(s, guard, gradient)
         self.m = check_range("m", m, 0.0, math.pi / 2, hint=" (radians)")
         self.momentum = check_range("momentum", momentum, 0.0, 1.0, hi_open=False)

@@ -79,6 +79,7 @@ class _ElasticBase(GuardedHead):
 
     def __init__(
         self,
+        *,
         s: float,
         m: float,
         sigma: float,
@@ -196,21 +197,6 @@ class _ElasticBase(GuardedHead):
 class ElasticArcFace(_ElasticBase):
     """ElasticFace-Arc(+): ``s * cos(θ_y + m_i)``, m_i ~ N(m, σ). Paper: m = 0.5, σ = 0.05 (+: 0.0175)."""
 
-    def __init__(
-        self,
-        s: float = 64.0,
-        m: float = 0.5,
-        sigma: float = 0.05,
-        plus: bool = False,
-        plus_assignment: str = "paper",
-        rank_scope: str = "local",
-        truncate: float | str | None = None,
-        seed: int | None = None,
-        guard: str = "thmm",
-        gradient: str = "exact",
-    ) -> None:
-        super().__init__(s, m, sigma, plus, plus_assignment, rank_scope, truncate, seed, guard, gradient)
-
     _margin_slot = "m2"
 
     def _with_margins(self, cos: Tensor, labels: Tensor, margins: float | Tensor) -> Tensor:
@@ -221,22 +207,6 @@ class ElasticCosFace(_ElasticBase):
     """ElasticFace-Cos(+): ``s * (cos θ_y - m_i)``, m_i ~ N(m, σ). Paper: m = 0.35, σ = 0.05 (+: 0.025)."""
 
     _m_hi = 2.0
-
-    def __init__(
-        self,
-        s: float = 64.0,
-        m: float = 0.35,
-        sigma: float = 0.05,
-        plus: bool = False,
-        plus_assignment: str = "paper",
-        rank_scope: str = "local",
-        truncate: float | str | None = None,
-        seed: int | None = None,
-        guard: str = "none",
-        gradient: str = "exact",
-    ) -> None:
-        super().__init__(s, m, sigma, plus, plus_assignment, rank_scope, truncate, seed, guard, gradient)
-
     _margin_slot = "m3"
 
     def _with_margins(self, cos: Tensor, labels: Tensor, margins: float | Tensor) -> Tensor:

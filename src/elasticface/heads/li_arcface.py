@@ -19,7 +19,7 @@ from .functional import put_target, safe_acos
 class LiArcFace(MarginHead):
     """Li-ArcFace with additive angular margin ``m`` (paper: m = 0.45, s = 64)."""
 
-    def __init__(self, s: float = 64.0, m: float = 0.45) -> None:
+    def __init__(self, *, s: float, m: float) -> None:
         super().__init__(s)
         self.m = check_range("m", m, 0.0, math.pi / 2, hint=" (radians)")
 

@@ -24,14 +24,15 @@ class MagFace(GuardedHead):
 
     def __init__(
         self,
-        s: float = 64.0,
-        l_a: float = 10.0,
-        u_a: float = 110.0,
-        l_m: float = 0.45,
-        u_m: float = 0.8,
-        lambda_g: float = 35.0,
-        guard: str = "thmm",
-        gradient: str = "exact",
+        *,
+        s: float,
+        l_a: float,
+        u_a: float,
+        l_m: float,
+        u_m: float,
+        lambda_g: float,
+        guard: str,
+        gradient: str,
     ) -> None:
         super().__init__(s, guard, gradient)
         self.l_a = check_range("l_a", l_a, 0.0, None, lo_open=True)

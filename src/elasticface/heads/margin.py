@@ -25,7 +25,7 @@ from .functional import margin_logits, margin_plan, margin_target, replace_targe
 class CosFace(GuardedHead):
     """CosFace / AM-Softmax (Wang et al. 2018): target ``s * (cos θ_y - m)``."""
 
-    def __init__(self, s: float = 64.0, m: float = 0.35, guard: str = "none", gradient: str = "exact") -> None:
+    def __init__(self, *, s: float, m: float, guard: str, gradient: str) -> None:
         super().__init__(s, guard, gradient)
         self.m = check_range("m", m, 0.0, 2.0)
 
@@ -42,7 +42,7 @@ class CosFace(GuardedHead):
 class ArcFace(GuardedHead):
     """ArcFace (Deng et al. 2019): target ``s * cos(θ_y + m)``, an additive angular margin."""
 
-    def __init__(self, s: float = 64.0, m: float = 0.5, guard: str = "thmm", gradient: str = "exact") -> None:
+    def __init__(self, *, s: float, m: float, guard: str, gradient: str) -> None:
         super().__init__(s, guard, gradient)
         self.m = check_range("m", m, 0.0, math.pi / 2, hint=" (radians)")
 
@@ -59,15 +59,7 @@ class ArcFace(GuardedHead):
 class CombinedMargin(GuardedHead):
     """Combined margin (insightface): target ``s * (cos(m1·θ_y + m2) - m3)``, all three at once."""
 
-    def __init__(
-        self,
-        s: float = 64.0,
-        m1: float = 1.0,
-        m2: float = 0.3,
-        m3: float = 0.2,
-        guard: str = "continuous",
-        gradient: str = "exact",
-    ) -> None:
+    def __init__(self, *, s: float, m1: float, m2: float, m3: float, guard: str, gradient: str) -> None:
         super().__init__(s, guard, gradient)
         self.m1 = check_range("m1", m1, 0.0, 10.0, lo_open=True, hi_open=False)
         self.m2 = check_range("m2", m2, 0.0, math.pi / 2, hint=" (radians)")
@@ -97,14 +89,15 @@ class SphereFace(GuardedHead):
 
     def __init__(
         self,
-        s: float = 64.0,
-        m: float = 4.0,
-        lambda_base: float = 1000.0,
-        lambda_gamma: float = 0.12,
-        lambda_power: float = 1.0,
-        lambda_min: float = 5.0,
-        guard: str = "continuous",
-        gradient: str = "exact",
+        *,
+        s: float,
+        m: float,
+        lambda_base: float,
+        lambda_gamma: float,
+        lambda_power: float,
+        lambda_min: float,
+        guard: str,
+        gradient: str,
     ) -> None:
         super().__init__(s, guard, gradient)
         self.m = check_range("m", m, 1.0, 10.0, hi_open=False)

@@ -21,15 +21,7 @@ from .functional import batch_target_cos, gather_target, margin_target, put_targ
 class MVSoftmax(GuardedHead):
     """MV-AM/Arc-Softmax with margin ``m``, negative weight ``t`` and ``mode`` in {am, arc}."""
 
-    def __init__(
-        self,
-        s: float = 32.0,
-        m: float = 0.35,
-        t: float = 0.2,
-        mode: str = "am",
-        guard: str = "thmm",
-        gradient: str = "exact",
-    ) -> None:
+    def __init__(self, *, s: float, m: float, t: float, mode: str, guard: str, gradient: str) -> None:
         super().__init__(s, guard, gradient)
         self.mode = check_choice("mode", mode, ("am", "arc"))
         self.m = check_range("m", m, 0.0, 2.0 if mode == "am" else math.pi / 2)

@@ -22,6 +22,7 @@ from .softmax import NormFace, Softmax
 from .subcenter import SubCenter
 
 _SUBCENTER = "subcenter_"
+_SUBCENTER_K = 3  # sub-centres per class, Deng et al. 2020's choice; also for `subcenter_<name>` without an entry
 
 
 @dataclass(frozen=True)
@@ -52,6 +53,14 @@ def _arc(**kw: Any) -> HeadEntry:
     return HeadEntry(ArcFace, m=0.5, s=64.0, args={"guard": "thmm", **_EXACT}, **kw)
 
 
+def _cos(**kw: Any) -> HeadEntry:
+    return HeadEntry(CosFace, m=0.35, s=64.0, args={"guard": "none", **_EXACT}, **kw)
+
+
+def _elastic_arc_plus(**kw: Any) -> HeadEntry:
+    return HeadEntry(ElasticArcFace, m=0.5, s=64.0, sigma=0.0175, args={"plus": True, **_ELASTIC, "guard": "thmm"}, **kw)
+
+
 HEADS: dict[str, HeadEntry] = {
     "adacos": HeadEntry(AdaCos, args={"num_classes": None, "dynamic": True}),
     "adacos_fixed": HeadEntry(AdaCos, args={"num_classes": None, "dynamic": False}),
@@ -67,14 +76,12 @@ HEADS: dict[str, HeadEntry] = {
         args={"m1": 1.0, "m3": 0.2, "guard": "continuous", **_EXACT},
         aliases={"m": "m2"},
     ),
-    "cosface": HeadEntry(CosFace, m=0.35, s=64.0, args=dict(_EXACT)),
+    "cosface": _cos(),
     "curricularface": HeadEntry(CurricularFace, m=0.5, s=64.0, args={"momentum": 0.01, "guard": "thmm", **_EXACT}),
     "elastic_arc": HeadEntry(
         ElasticArcFace, m=0.5, s=64.0, sigma=0.05, args={"plus": False, **_ELASTIC, "guard": "thmm"}
     ),
-    "elastic_arc_plus": HeadEntry(
-        ElasticArcFace, m=0.5, s=64.0, sigma=0.0175, args={"plus": True, **_ELASTIC, "guard": "thmm"}
-    ),
+    "elastic_arc_plus": _elastic_arc_plus(),
     "elastic_cos": HeadEntry(
         ElasticCosFace, m=0.35, s=64.0, sigma=0.05, args={"plus": False, **_ELASTIC, "guard": "none"}
     ),
@@ -103,15 +110,10 @@ HEADS: dict[str, HeadEntry] = {
             **_EXACT,
         },
     ),
-    "subcenter_arcface": HeadEntry(SubCenter, m=0.5, s=64.0, args={"k": 3}, base=_arc()),
-    "subcenter_cosface": HeadEntry(SubCenter, m=0.35, s=64.0, args={"k": 3}, base=HeadEntry(CosFace, m=0.35, s=64.0)),
+    "subcenter_arcface": HeadEntry(SubCenter, m=0.5, s=64.0, args={"k": _SUBCENTER_K}, base=_arc()),
+    "subcenter_cosface": HeadEntry(SubCenter, m=0.35, s=64.0, args={"k": _SUBCENTER_K}, base=_cos()),
     "subcenter_elastic_arc_plus": HeadEntry(
-        SubCenter,
-        m=0.5,
-        s=64.0,
-        sigma=0.0175,
-        args={"k": 3},
-        base=HeadEntry(ElasticArcFace, m=0.5, s=64.0, sigma=0.0175, args={"plus": True, "plus_assignment": "paper"}),
+        SubCenter, m=0.5, s=64.0, sigma=0.0175, args={"k": _SUBCENTER_K}, base=_elastic_arc_plus()
     ),
 }
 
@@ -138,7 +140,7 @@ def build_head(name: str, **overrides: Any) -> MarginHead:
     """The head `head=<name>` builds, with `overrides` applied to its arguments (m, s, sigma included);
     `subcenter_<name>` without an entry of its own wraps `<name>` (k=3)."""
     if name not in HEADS and name.startswith(_SUBCENTER):
-        k = overrides.pop("k", 3)
+        k = overrides.pop("k", _SUBCENTER_K)
         return SubCenter(build_head(name[len(_SUBCENTER) :], **overrides), k=k)
     entry = head_entry(name)
     if entry.base is not None:

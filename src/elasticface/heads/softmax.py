@@ -34,7 +34,7 @@ class NormFace(MarginHead):
     Isolates what normalisation alone buys, before any margin is added.
     """
 
-    def __init__(self, s: float = 64.0) -> None:
+    def __init__(self, *, s: float) -> None:
         super().__init__(s)
 
     def train_logits(self, cos: Tensor, labels: Tensor, norms: Tensor | None) -> Tensor:

@@ -19,7 +19,7 @@ from .base import HeadPlan, MarginHead
 class SubCenter(MarginHead):
     """Wrap ``base`` with ``k`` sub-centres per class; K = 1 is exactly ``base``."""
 
-    def __init__(self, base: MarginHead, k: int = 3) -> None:
+    def __init__(self, base: MarginHead, *, k: int) -> None:
         nn.Module.__init__(self)
         if not isinstance(base, MarginHead):
             raise ValueError(f"base={type(base).__name__}: must be a MarginHead")
