@@ -11,7 +11,6 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from elasticface import heads as H
 from elasticface.heads import MarginHead, SubCenter, build_head, head_names
 from elasticface.heads.elastic import rank_assign
 
@@ -145,10 +144,10 @@ def test_sigma_zero_elastic_equals_arcface_and_cosface(plus, guard, gradient):
     cos, labels, _ = _batch(B=64)
     cos[0, labels[0]] = -1.0  # θ + m > π
     labels[1] = -1
-    for fixed, elastic, m in [(H.ArcFace, H.ElasticArcFace, 0.45), (H.CosFace, H.ElasticCosFace, 0.35)]:
+    for fixed, elastic, m in [("arcface", "elastic_arc", 0.45), ("cosface", "elastic_cos", 0.35)]:
         x1, x2 = cos.clone().requires_grad_(), cos.clone().requires_grad_()
-        a = fixed(s=64.0, m=m, guard=guard, gradient=gradient)(x1, labels)
-        b = elastic(s=64.0, m=m, sigma=0.0, plus=plus, guard=guard, gradient=gradient)(x2, labels)
+        a = build_head(fixed, s=64.0, m=m, guard=guard, gradient=gradient)(x1, labels)
+        b = build_head(elastic, s=64.0, m=m, sigma=0.0, plus=plus, guard=guard, gradient=gradient)(x2, labels)
         assert torch.equal(a, b)
         F.cross_entropy(a, labels.clamp(min=0)).backward()
         F.cross_entropy(b, labels.clamp(min=0)).backward()
@@ -159,16 +158,16 @@ def test_combined_reduces_to_arcface_and_cosface():
     cos, labels, _ = _batch(B=64)
     cos[0, labels[0]] = -0.999
     for guard in ["thmm", "continuous", "none"]:
-        arc = H.ArcFace(m=0.5, guard=guard)(cos, labels)
-        assert torch.equal(H.CombinedMargin(m1=1.0, m2=0.5, m3=0.0, guard=guard)(cos, labels), arc)
-    cosf = H.CosFace(m=0.35)(cos, labels)
-    assert torch.equal(H.CombinedMargin(m1=1.0, m2=0.0, m3=0.35)(cos, labels), cosf)
+        arc = build_head("arcface", m=0.5, guard=guard)(cos, labels)
+        assert torch.equal(build_head("combined", m1=1.0, m2=0.5, m3=0.0, guard=guard)(cos, labels), arc)
+    cosf = build_head("cosface", m=0.35)(cos, labels)
+    assert torch.equal(build_head("combined", m1=1.0, m2=0.0, m3=0.35)(cos, labels), cosf)
 
 
 def test_adaface_with_h_zero_is_cosface():
     cos, labels, norms = _batch(B=64, dtype=torch.float64)
-    ada = H.AdaFace(m=0.4, h=0.0)(cos, labels, norms)
-    torch.testing.assert_close(ada, H.CosFace(m=0.4)(cos, labels), rtol=0, atol=1e-12)
+    ada = build_head("adaface", m=0.4, h=0.0)(cos, labels, norms)
+    torch.testing.assert_close(ada, build_head("cosface", m=0.4)(cos, labels), rtol=0, atol=1e-12)
 
 
 @pytest.mark.parametrize("name", ["arcface", "cosface", "magface", "elastic_arc_plus", "softmax", "circle"])
@@ -184,7 +183,7 @@ def test_subcenter_k1_is_base(name):
 
 def test_subcenter_pools_the_best_subcentre_of_each_class():
     cos = torch.tensor([[0.1, 0.9, -0.5, 0.2, 0.3, 0.0]])  # C = 2, K = 3: layout [C, K]
-    head = SubCenter(H.NormFace(s=1.0), k=3)
+    head = SubCenter(build_head("normface", s=1.0), k=3)
     assert head.centers_per_class == 3
     torch.testing.assert_close(head(cos, torch.tensor([0])), torch.tensor([[0.9, 0.3]]))
     with pytest.raises(ValueError, match="multiple of k"):
@@ -221,46 +220,46 @@ def test_logged_target_angle_is_the_closest_centre_of_the_class(tiny_cfg, head):
 # ElasticFace sampling and '+' assignment
 # ---------------------------------------------------------------------------------------------------
 def test_sample_margins_distribution_and_truncation():
-    head = H.ElasticArcFace(m=0.5, sigma=0.05, seed=0)
+    head = build_head("elastic_arc", m=0.5, sigma=0.05, seed=0)
     d = head.sample_margins(200_000)
     assert d.shape == (200_000,) and d.dtype == torch.float32
     assert abs(d.mean().item() - 0.5) < 1e-3 and abs(d.std().item() - 0.05) < 1e-3
-    t = H.ElasticArcFace(m=0.5, sigma=0.05, truncate=2.0, seed=0).sample_margins(100_000)
+    t = build_head("elastic_arc", m=0.5, sigma=0.05, truncate=2.0, seed=0).sample_margins(100_000)
     assert t.min() >= 0.4 - 1e-6 and t.max() <= 0.6 + 1e-6
     # a normal truncated at ±2σ has std 0.8796σ
     assert abs(t.std().item() - 0.8796 * 0.05) < 1e-3
-    nn_ = H.ElasticCosFace(m=0.05, sigma=0.1, truncate="nonneg", seed=0).sample_margins(10_000)
+    nn_ = build_head("elastic_cos", m=0.05, sigma=0.1, truncate="nonneg", seed=0).sample_margins(10_000)
     assert nn_.min() >= 0
-    assert torch.equal(H.ElasticArcFace(m=0.5, sigma=0.0).sample_margins(7), torch.full((7,), 0.5))
+    assert torch.equal(build_head("elastic_arc", m=0.5, sigma=0.0).sample_margins(7), torch.full((7,), 0.5))
 
 
 def test_margins_reproducible_differ_per_step_and_per_rank(monkeypatch):
-    a, b = H.ElasticArcFace(seed=7), H.ElasticArcFace(seed=7)
+    a, b = build_head("elastic_arc", seed=7), build_head("elastic_arc", seed=7)
     first = a.sample_margins(64)
     assert torch.equal(first, b.sample_margins(64))
     assert not torch.equal(first, a.sample_margins(64))  # a new draw every step
-    assert not torch.equal(first, H.ElasticArcFace(seed=8).sample_margins(64))
+    assert not torch.equal(first, build_head("elastic_arc", seed=8).sample_margins(64))
     monkeypatch.setattr("elasticface.heads.elastic.rank_and_world", lambda: (1, 2))
-    assert not torch.equal(first, H.ElasticArcFace(seed=7).sample_margins(64))
+    assert not torch.equal(first, build_head("elastic_arc", seed=7).sample_margins(64))
 
 
 def test_seed_none_follows_torch_manual_seed():
     torch.manual_seed(123)
-    a = H.ElasticArcFace().sample_margins(16)
+    a = build_head("elastic_arc").sample_margins(16)
     torch.manual_seed(123)
-    b = H.ElasticArcFace().sample_margins(16)
+    b = build_head("elastic_arc").sample_margins(16)
     assert torch.equal(a, b)
 
 
 def test_margin_stream_survives_state_dict_round_trip():
     cos, labels, _ = _batch(B=32)
-    model = torch.nn.ModuleDict({"head": H.ElasticArcFace(sigma=0.05, plus=True, seed=11)})
+    model = torch.nn.ModuleDict({"head": build_head("elastic_arc", plus=True, seed=11)})
     for _ in range(3):
         model["head"](cos, labels)
     sd = model.state_dict()
     assert "head._extra_state" in sd
     cont = model["head"](cos, labels)
-    fresh = torch.nn.ModuleDict({"head": H.ElasticArcFace(sigma=0.05, plus=True, seed=999)})
+    fresh = torch.nn.ModuleDict({"head": build_head("elastic_arc", plus=True, seed=999)})
     fresh.load_state_dict(sd)
     assert torch.equal(fresh["head"](cos, labels), cont)
     # and through torch.save, as in a Lightning checkpoint
@@ -269,14 +268,14 @@ def test_margin_stream_survives_state_dict_round_trip():
     buf = io.BytesIO()
     torch.save(sd, buf)
     buf.seek(0)
-    fresh2 = torch.nn.ModuleDict({"head": H.ElasticArcFace(sigma=0.05, plus=True)})
+    fresh2 = torch.nn.ModuleDict({"head": build_head("elastic_arc", plus=True)})
     fresh2.load_state_dict(torch.load(buf, weights_only=True))
     assert torch.equal(fresh2["head"](cos, labels), cont)
 
 
 def test_one_margin_per_sample_per_step_recorded():
     cos, labels, _ = _batch(B=128)
-    head = H.ElasticCosFace(m=0.35, sigma=0.05, seed=0)
+    head = build_head("elastic_cos", m=0.35, sigma=0.05, seed=0)
     out = head(cos, labels)
     m = head.last_margins
     assert m.shape == (128,)
@@ -320,19 +319,19 @@ def test_plus_with_label_minus_one_ranks_only_valid_rows():
 
 def test_plus_head_assigns_largest_margin_to_hardest_sample():
     cos, labels, _ = _batch(B=256)
-    head = H.ElasticArcFace(sigma=0.05, plus=True, seed=0)
+    head = build_head("elastic_arc", plus=True, seed=0)
     head(cos, labels)
     cos_y = cos[torch.arange(256), labels]
     assert _spearman(head.last_margins, cos_y) == pytest.approx(-1.0, abs=1e-9)
-    head_off = H.ElasticArcFace(sigma=0.05, plus=True, plus_assignment="official", seed=0)
+    head_off = build_head("elastic_arc", plus=True, plus_assignment="official", seed=0)
     head_off(cos, labels)
     assert abs(_spearman(head_off.last_margins, cos_y)) < 0.25
 
 
 def test_global_rank_scope_falls_back_to_local_without_process_group():
     cos, labels, _ = _batch(B=64)
-    a = H.ElasticArcFace(plus=True, seed=3, rank_scope="global")(cos, labels)
-    b = H.ElasticArcFace(plus=True, seed=3, rank_scope="local")(cos, labels)
+    a = build_head("elastic_arc", plus=True, seed=3, rank_scope="global")(cos, labels)
+    b = build_head("elastic_arc", plus=True, seed=3, rank_scope="local")(cos, labels)
     assert torch.equal(a, b)
 
 
@@ -344,7 +343,7 @@ def _global_worker(rank: int, world: int, port: int, q) -> None:
     cos = torch.rand(32, 10, generator=g) * 2 - 1
     labels = torch.randint(0, 10, (32,), generator=g)
     labels[rank] = -1
-    head = H.ElasticArcFace(sigma=0.05, plus=True, seed=5, rank_scope="global")
+    head = build_head("elastic_arc", plus=True, seed=5, rank_scope="global")
     head(cos, labels)
     cos_y = cos[torch.arange(32), labels.clamp(min=0)]
     q.put((rank, cos_y.tolist(), (labels >= 0).tolist(), head._margins.tolist()))
@@ -406,9 +405,9 @@ def test_state_lives_in_buffers_and_round_trips(name, buffers):
 
 def test_adacos_fixed_and_dynamic_scale():
     cos, labels, _ = _batch(B=64, C=1000)
-    fixed = H.AdaCos(dynamic=False)
+    fixed = build_head("adacos_fixed")
     torch.testing.assert_close(fixed(cos, labels), cos * math.sqrt(2) * math.log(999))
-    dyn = H.AdaCos(num_classes=1000)
+    dyn = build_head("adacos", num_classes=1000)
     dyn(cos, labels)
     assert torch.isfinite(dyn.scale) and dyn.scale.item() != pytest.approx(math.sqrt(2) * math.log(999))
 

@@ -9,7 +9,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from elasticface.heads import ArcFace, CosFace, SubCenter, build_head, head_names
+from elasticface.heads import SubCenter, build_head, head_names
 from elasticface.heads.functional import margin_target
 
 #: every head option that is not a sub-centre wrapper
@@ -227,15 +227,15 @@ def test_against_pytorch_metric_learning(kind, k):
     emb = _embeddings_at_angles(W.view(D, C, k)[:, :, 0], labels, thetas, g) * 3.0
     if kind == "arcface":
         ref = pml_losses.ArcFaceLoss(num_classes=C, embedding_size=D, margin=math.degrees(m), scale=s)
-        ours = ArcFace(s=s, m=m)
+        ours = build_head("arcface", s=s, m=m)
     elif kind == "cosface":
         ref = pml_losses.CosFaceLoss(num_classes=C, embedding_size=D, margin=m, scale=s)
-        ours = CosFace(s=s, m=m)
+        ours = build_head("cosface", s=s, m=m)
     else:
         ref = pml_losses.SubCenterArcFaceLoss(
             num_classes=C, embedding_size=D, margin=math.degrees(m), scale=s, sub_centers=k
         )
-        ours = SubCenter(ArcFace(s=s, m=m), k=k)
+        ours = build_head("subcenter_arcface", s=s, m=m, k=k)
     ref.W.data = W.clone()
     e1 = emb.clone().requires_grad_()
     loss_ref = ref(e1, labels)

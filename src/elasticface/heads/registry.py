@@ -49,16 +49,21 @@ _EXACT = {"gradient": "exact"}
 _ELASTIC = {"plus_assignment": "paper", "rank_scope": "local", "truncate": None, "seed": None, **_EXACT}
 
 
-def _arc(**kw: Any) -> HeadEntry:
-    return HeadEntry(ArcFace, m=0.5, s=64.0, args={"guard": "thmm", **_EXACT}, **kw)
+def _arc() -> HeadEntry:
+    return HeadEntry(ArcFace, m=0.5, s=64.0, args={"guard": "thmm", **_EXACT})
 
 
-def _cos(**kw: Any) -> HeadEntry:
-    return HeadEntry(CosFace, m=0.35, s=64.0, args={"guard": "none", **_EXACT}, **kw)
+def _cos() -> HeadEntry:
+    return HeadEntry(CosFace, m=0.35, s=64.0, args={"guard": "none", **_EXACT})
 
 
-def _elastic_arc_plus(**kw: Any) -> HeadEntry:
-    return HeadEntry(ElasticArcFace, m=0.5, s=64.0, sigma=0.0175, args={"plus": True, **_ELASTIC, "guard": "thmm"}, **kw)
+def _elastic_arc_plus() -> HeadEntry:
+    return HeadEntry(ElasticArcFace, m=0.5, s=64.0, sigma=0.0175, args={"plus": True, **_ELASTIC, "guard": "thmm"})
+
+
+def _subcenter(base: HeadEntry) -> HeadEntry:
+    """`base` with K sub-centres per class; its m, s, sigma are the wrapper's top-level ones."""
+    return HeadEntry(SubCenter, m=base.m, s=base.s, sigma=base.sigma, args={"k": _SUBCENTER_K}, base=base)
 
 
 HEADS: dict[str, HeadEntry] = {
@@ -110,11 +115,9 @@ HEADS: dict[str, HeadEntry] = {
             **_EXACT,
         },
     ),
-    "subcenter_arcface": HeadEntry(SubCenter, m=0.5, s=64.0, args={"k": _SUBCENTER_K}, base=_arc()),
-    "subcenter_cosface": HeadEntry(SubCenter, m=0.35, s=64.0, args={"k": _SUBCENTER_K}, base=_cos()),
-    "subcenter_elastic_arc_plus": HeadEntry(
-        SubCenter, m=0.5, s=64.0, sigma=0.0175, args={"k": _SUBCENTER_K}, base=_elastic_arc_plus()
-    ),
+    "subcenter_arcface": _subcenter(_arc()),
+    "subcenter_cosface": _subcenter(_cos()),
+    "subcenter_elastic_arc_plus": _subcenter(_elastic_arc_plus()),
 }
 
 
