@@ -45,7 +45,8 @@ def _moved_target(cfg: Any) -> Any:
 
 
 def _remap_old_keys(module: nn.Module, state_dict: dict[str, Any], prefix: str, *args: Any) -> None:
-    """Load-time rename of the class layer's keys of old checkpoints (`centers.weight` -> `classifier.centers.weight`)."""
+    """Load-time rename of the class layer's keys of old checkpoints (`centers.weight` ->
+    `classifier.centers.weight`)."""
     for key in list(state_dict):
         for old, new in _MOVED_PREFIXES:
             if key.startswith(prefix + old):
@@ -259,7 +260,8 @@ class FaceRecognitionModule(pl.LightningModule):
         datamodule = getattr(self.trainer, "datamodule", None)
         for name, pairs in (getattr(datamodule, "val_sets", None) or {}).items():
             if name not in self.val_metrics:
-                self.val_metrics[name] = VerificationAccuracy(pairs.issame, allow_partial=partial_validation(self.trainer))
+                allow_partial = partial_validation(self.trainer)
+                self.val_metrics[name] = VerificationAccuracy(pairs.issame, allow_partial=allow_partial)
 
     def validation_step(self, batch: tuple[Tensor, Tensor], batch_idx: int, dataloader_idx: int = 0) -> None:
         images, indices = batch

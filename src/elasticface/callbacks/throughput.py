@@ -29,7 +29,9 @@ class Throughput(pl.Callback):
     on_train_epoch_start = restart_clock
     on_validation_end = restart_clock
 
-    def on_train_batch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int) -> None:
+    def on_train_batch_start(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int
+    ) -> None:
         if self._last_end is None:
             self._last_end = time.perf_counter()  # the first batch of an interval counts from its own start
 

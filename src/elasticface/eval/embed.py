@@ -131,7 +131,8 @@ def one_model_file(**options: str | None) -> str:
 def load_embedder(ckpt_path: str | None = None, model_path: str | None = None, device: str | torch.device = "auto",
                   weights: str | None = None, backbone: str | Mapping[str, Any] | None = None,
                   embedding_size: int | None = None) -> Embedder:
-    """:func:`load_model_file` of the one file given as ``weights`` (or its older names ``ckpt_path``, ``model_path``)."""
+    """:func:`load_model_file` of the one file given as ``weights`` (or its older names ``ckpt_path``,
+    ``model_path``)."""
     path = one_model_file(weights=weights, ckpt_path=ckpt_path, model_path=model_path)
     return load_model_file(path, device, backbone, embedding_size)
 

@@ -120,7 +120,9 @@ def run(cfg: DictConfig, output_dir: str | None = None) -> list[dict[str, Any]]:
         raise ValueError("nothing to evaluate: set data.val_root=<folder with .bin sets>, "
                          "pairs_file=... image_root=..., and/or ijb.root=...")
     device = resolve_device(cfg.get("device", "auto"))
-    model_file = one_model_file(weights=cfg.get("weights"), ckpt_path=cfg.get("ckpt_path"), model_path=cfg.get("model_path"))
+    model_file = one_model_file(
+        weights=cfg.get("weights"), ckpt_path=cfg.get("ckpt_path"), model_path=cfg.get("model_path")
+    )
     model = load_model_file(model_file, device, backbone_option(cfg), OmegaConf.select(cfg, "model.embedding_size"))
     sets = verification_sets(cfg)  # read once the model file is known to be usable
     if not sets and not ijb_cfg.get("root"):
@@ -131,15 +133,19 @@ def run(cfg: DictConfig, output_dir: str | None = None) -> list[dict[str, Any]]:
     curves: dict[str, dict[str, np.ndarray]] = {}
     for name, pairs in sets.items():
         start = time.perf_counter()
-        result, roc = evaluate_pair_set(model, pairs, num_folds=int(cfg.num_folds), far_target=float(cfg.far_target), **kw)
-        rows.append({"benchmark": name, "pairs": int(pairs.num_pairs), **result, "seconds": round(time.perf_counter() - start, 2)})
+        result, roc = evaluate_pair_set(
+            model, pairs, num_folds=int(cfg.num_folds), far_target=float(cfg.far_target), **kw
+        )
+        seconds = round(time.perf_counter() - start, 2)
+        rows.append({"benchmark": name, "pairs": int(pairs.num_pairs), **result, "seconds": seconds})
         curves[name] = roc
         log.info("%s: acc %.4f +- %.4f", name, result["acc"], result["acc_std"])
     if ijb_cfg.get("root"):
         from elasticface.eval.ijb import evaluate_ijb
 
         start = time.perf_counter()
-        res = evaluate_ijb(model, str(ijb_cfg.root), str(ijb_cfg.target), use_detector_score=bool(ijb_cfg.use_detector_score),
+        res = evaluate_ijb(model, str(ijb_cfg.root), str(ijb_cfg.target),
+                           use_detector_score=bool(ijb_cfg.use_detector_score),
                            normalize_images=bool(ijb_cfg.normalize_images), fars=[float(f) for f in ijb_cfg.fars], **kw)
         rows.append({"benchmark": str(ijb_cfg.target).upper(), "pairs": res["num_pairs"], **res["tar"],
                      "seconds": round(time.perf_counter() - start, 2)})
@@ -149,8 +155,8 @@ def run(cfg: DictConfig, output_dir: str | None = None) -> list[dict[str, Any]]:
             np.save(os.path.join(output_dir, f"{ijb_cfg.target}_scores.npy"), res["scores"])
             np.save(os.path.join(output_dir, f"{ijb_cfg.target}_labels.npy"), res["labels"])
 
-    meta = {"weights": model_file, "ckpt_path": cfg.get("ckpt_path"), "model_path": cfg.get("model_path"), "flip": bool(cfg.flip),
-            "config": OmegaConf.to_container(cfg, resolve=False)}
+    meta = {"weights": model_file, "ckpt_path": cfg.get("ckpt_path"), "model_path": cfg.get("model_path"),
+            "flip": bool(cfg.flip), "config": OmegaConf.to_container(cfg, resolve=False)}
     json_path, csv_path = write_results(rows, output_dir, meta)
     print(format_table(rows))
     print(f"results: {json_path} {csv_path}")

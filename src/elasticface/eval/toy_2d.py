@@ -41,8 +41,9 @@ def toy_geometry(embeddings: np.ndarray, labels: np.ndarray, centres: np.ndarray
     to 360°; their deviation from 360°/C says how evenly the classes share the circle. A class's spread
     is the population standard deviation of its embeddings' angles (measured relative to its centre, so
     a class straddling 0° is not split). ``overlap_fraction`` is the share of embeddings at a smaller angle
-    to another class's centre than to their own: what a nearest-centre classifier would get wrong. With ``identity_variation`` (one factor per class) the spread is
-    also averaged per variation level: the toy example's low- and high-variation identities.
+    to another class's centre than to their own: what a nearest-centre classifier would get wrong. With
+    ``identity_variation`` (one factor per class) the spread is also averaged per variation level: the toy
+    example's low- and high-variation identities.
     """
     labels = np.asarray(labels)
     centre_angles = angles_deg(centres)
@@ -58,7 +59,9 @@ def toy_geometry(embeddings: np.ndarray, labels: np.ndarray, centres: np.ndarray
     ideal = 360.0 / num_classes
     deviations = wrap_deg(angles_deg(embeddings) - centre_angles[labels])
     class_std = np.array([deviations[labels == k].std() if np.any(labels == k) else np.nan for k in range(num_classes)])
-    class_offset = np.array([deviations[labels == k].mean() if np.any(labels == k) else np.nan for k in range(num_classes)])
+    class_offset = np.array(
+        [deviations[labels == k].mean() if np.any(labels == k) else np.nan for k in range(num_classes)]
+    )
     # overlap: an embedding at a smaller angle to another class's centre than to its own
     to_centres = np.abs(wrap_deg(angles_deg(embeddings)[:, None] - centre_angles[None, :]))
     own = to_centres[np.arange(len(labels)), labels]
@@ -199,7 +202,9 @@ def read_toy_sweep(sweep_dir: Path) -> list[dict[str, Any]]:
                       overlap_pct=100.0 * result.get("overlap_fraction", float("nan")))
         runs.append(result)
     if not runs:
-        raise FileNotFoundError(f"{sweep_dir}: no job wrote {RESULT_FILE} (train with python train.py -m experiment=toy_2d ...)")
+        raise FileNotFoundError(
+            f"{sweep_dir}: no job wrote {RESULT_FILE} (train with python train.py -m experiment=toy_2d ...)"
+        )
     return runs
 
 

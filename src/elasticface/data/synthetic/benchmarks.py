@@ -14,7 +14,13 @@ import numpy as np
 import torch
 
 from elasticface.data.pairs import TensorPairSet
-from elasticface.data.synthetic.params import NUISANCE_GROUPS, identity_params, identity_scale, seed_sequence, variation_params
+from elasticface.data.synthetic.params import (
+    NUISANCE_GROUPS,
+    identity_params,
+    identity_scale,
+    seed_sequence,
+    variation_params,
+)
 from elasticface.data.synthetic.render import IMAGE_SIZE, render_face_chw
 
 
@@ -37,9 +43,15 @@ def _stress(group: str, factor: float, rest: float = 0.5) -> dict[str, float]:
 SYNTHETIC_BENCHMARKS: dict[str, Benchmark] = {
     "synthetic": Benchmark(0, about="every nuisance at its training level (the default set)"),
     "pose": Benchmark(10_000, _stress("pose", 2.0), about="pose (shift, scale, roll, yaw) doubled, the rest halved"),
-    "lighting": Benchmark(20_000, _stress("lighting", 2.0), about="lighting (gain, contrast, direction, cast) doubled, the rest halved"),
-    "expression": Benchmark(30_000, _stress("expression", 2.5), about="expression (smile, mouth, eyes, brows, gaze) x2.5, the rest halved"),
-    "hard": Benchmark(40_000, variation=1.5, spread=1.0, about="all nuisance x1.5, identities spread fully between calm and wild"),
+    "lighting": Benchmark(
+        20_000, _stress("lighting", 2.0), about="lighting (gain, contrast, direction, cast) doubled, the rest halved"
+    ),
+    "expression": Benchmark(
+        30_000, _stress("expression", 2.5), about="expression (smile, mouth, eyes, brows, gaze) x2.5, the rest halved"
+    ),
+    "hard": Benchmark(
+        40_000, variation=1.5, spread=1.0, about="all nuisance x1.5, identities spread fully between calm and wild"
+    ),
 }
 
 

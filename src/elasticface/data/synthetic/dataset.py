@@ -48,10 +48,13 @@ class SyntheticFaces(Dataset):
         identity_variation: Sequence[float] | None = None,
     ) -> None:
         if num_identities < 1 or images_per_identity < 1:
-            raise ValueError(f"need at least one identity and one image per identity, got {num_identities} x {images_per_identity}")
+            raise ValueError(
+                f"need at least one identity and one image per identity, got {num_identities} x {images_per_identity}"
+            )
         if intra_class_variation < 0 or not 0 <= variation_spread <= 1:
             raise ValueError(
-                f"intra_class_variation must be >= 0 and variation_spread in [0, 1], got {intra_class_variation}, {variation_spread}"
+                "intra_class_variation must be >= 0 and variation_spread in [0, 1], "
+                f"got {intra_class_variation}, {variation_spread}"
             )
         if identity_variation is not None and (
             len(identity_variation) != num_identities or any(float(v) < 0 for v in identity_variation)

@@ -132,7 +132,9 @@ def identity_params(identity: int, seed: int = 0) -> dict[str, Any]:
     p["glasses_colour"] = np.clip(rng.uniform(0.0, 0.6, 3) * (u() < 0.6), 0, 1)
     p["beard"] = int(rng.choice(3, p=[0.7, 0.15, 0.15]))  # 0 none, 1 moustache, 2 full beard
     n_moles = int(rng.choice(4, p=[0.45, 0.3, 0.15, 0.1]))
-    p["moles"] = np.stack([rng.uniform(-0.35, 0.35, n_moles), rng.uniform(-0.2, 0.5, n_moles), rng.uniform(0.012, 0.028, n_moles)], axis=1)
+    p["moles"] = np.stack(
+        [rng.uniform(-0.35, 0.35, n_moles), rng.uniform(-0.2, 0.5, n_moles), rng.uniform(0.012, 0.028, n_moles)], axis=1
+    )
     return p
 
 
@@ -186,7 +188,9 @@ def variation_params(
     v["bg"] = np.clip(0.5 + s * u(-0.45, 0.45, 3), 0, 1)
     v["bg2"] = np.clip(v["bg"] + s * n(0.0, 0.18, 3), 0, 1)
     v["bg_dir"] = float(u(0.0, 2 * math.pi))
-    v["bg_waves"] = np.stack([u(1.0, 9.0, 3), u(0.0, 2 * math.pi, 3), u(0.0, 2 * math.pi, 3), s * u(0.0, 0.1, 3)], axis=1)
+    v["bg_waves"] = np.stack(
+        [u(1.0, 9.0, 3), u(0.0, 2 * math.pi, 3), u(0.0, 2 * math.pi, 3), s * u(0.0, 0.1, 3)], axis=1
+    )
     v["cloth"] = np.clip(0.35 + s * u(-0.33, 0.6, 3), 0, 1)
     v["cloth_h"] = float(1.3 + s * u(-0.12, 0.12))
     s = g["degradation"]

@@ -79,7 +79,10 @@ class _Canvas:
         sin(a_j + b_i) = sin a_j cos b_i + cos a_j sin b_i: two 1-D evaluations and an outer product."""
         k = freq / self.s
         cols, rows = _GRID64[win[1]], _GRID64[win[0]]
-        s, c = (t.astype(np.float32) for t in sincos_lerp(np.concatenate([k * self.c * (cols - self.tx), k * self.sn * (rows - self.ty)])))
+        s, c = (
+            t.astype(np.float32)
+            for t in sincos_lerp(np.concatenate([k * self.c * (cols - self.tx), k * self.sn * (rows - self.ty)]))
+        )
         n = len(cols)
         out = s[None, :n] * c[n:, None]
         out += c[None, :n] * s[n:, None]
@@ -105,7 +108,9 @@ def _edge(d: np.ndarray, px: float) -> np.ndarray:
     return np.minimum(a, np.float32(1.0), out=a)
 
 
-def _ellipse_r(U: np.ndarray, V: np.ndarray, cx: float, cy: float, rx: float, ry: float, ang: float = 0.0) -> np.ndarray:
+def _ellipse_r(
+    U: np.ndarray, V: np.ndarray, cx: float, cy: float, rx: float, ry: float, ang: float = 0.0
+) -> np.ndarray:
     dx = U - np.float32(cx)
     dy = V - np.float32(cy)
     if ang:
@@ -141,7 +146,16 @@ def _superellipse_r(x: np.ndarray, y: np.ndarray, power: float) -> np.ndarray:
     return a * (g0[j] + t * dg[j])
 
 
-def _ellipse(cv: _Canvas, cx: float, cy: float, rx: float, ry: float, colour: np.ndarray, ang: float = 0.0, opacity: float = 1.0) -> None:
+def _ellipse(
+    cv: _Canvas,
+    cx: float,
+    cy: float,
+    rx: float,
+    ry: float,
+    colour: np.ndarray,
+    ang: float = 0.0,
+    opacity: float = 1.0,
+) -> None:
     win = cv.window(cx, cy, max(rx, ry)) if ang else cv.window(cx, cy, rx, ry)
     if win is None:
         return
@@ -352,7 +366,11 @@ def _hair_front(cv: _Canvas, p: dict[str, Any]) -> None:
     U, V = cv.coords(win)
     r = _ellipse_r(U, V, 0.0, fcy, rx, ry)
     xs = U * f32(1.0 / fw)
-    line = f32(fcy + p["hairline"]) + f32(0.25 * p["hairline_curve"]) * xs * xs * np.abs(xs) + f32(p["hair_part"] * 0.3) * xs
+    line = (
+        f32(fcy + p["hairline"])
+        + f32(0.25 * p["hairline_curve"]) * xs * xs * np.abs(xs)
+        + f32(p["hair_part"] * 0.3) * xs
+    )
     line = line + f32(p["fringe_wave"]) * cv.sin_u(win, float(f32(p["fringe_freq"])))
     a = _edge((1.0 - r) * min(rx, ry), cv.px) * _edge(line - V, cv.px)
     cv.blend(win, a, hair)
@@ -425,11 +443,17 @@ def _nose(cv: _Canvas, p: dict[str, Any], v: dict[str, Any]) -> None:
         U, V = cv.coords(win)
         side = 1.0 if v["face_shade"] + yaw * 0.3 >= 0 else -1.0
         xline = f32(nose_x - side * nw * 0.55) + (V - f32(tip_y)) * f32(-0.15 * side)
-        a = _edge(f32(0.012) - np.abs(U - xline), px) * _edge(V - f32(ey + 0.03), px) * _edge(f32(tip_y) - V, px) * f32(0.35)
+        a = (
+            _edge(f32(0.012) - np.abs(U - xline), px)
+            * _edge(V - f32(ey + 0.03), px)
+            * _edge(f32(tip_y) - V, px)
+            * f32(0.35)
+        )
         cv.blend(win, a, skin * 0.55)
     _ellipse(cv, nose_x, tip_y - 0.01, nw * 0.75, nw * 0.45, skin * 0.82, opacity=0.6)
     for sgn in (-1.0, 1.0):
-        _ellipse(cv, nose_x + sgn * nw * 0.55, tip_y + 0.005, p["nostril"] * 1.3, p["nostril"] * 0.7, skin * 0.3, ang=sgn * 0.35)
+        nostril = p["nostril"]
+        _ellipse(cv, nose_x + sgn * nw * 0.55, tip_y + 0.005, nostril * 1.3, nostril * 0.7, skin * 0.3, ang=sgn * 0.35)
 
 
 def _mouth(cv: _Canvas, p: dict[str, Any], v: dict[str, Any]) -> None:
@@ -449,7 +473,9 @@ def _mouth(cv: _Canvas, p: dict[str, Any], v: dict[str, Any]) -> None:
     half_open = f32(v["mouth_open"]) * taper
     a = _edge(f32(p["lip_thick"]) * taper + half_open - dist, px) * _edge(f32(1.0) - np.abs(xr), px)
     cv.blend(win, a, p["lips"])
-    inner = _edge(np.maximum(half_open - dist, f32(-0.004) + f32(0.004) * taper - dist), px) * _edge(f32(1.0) - np.abs(xr), px)
+    inner = _edge(np.maximum(half_open - dist, f32(-0.004) + f32(0.004) * taper - dist), px) * _edge(
+        f32(1.0) - np.abs(xr), px
+    )
     cv.blend(win, inner, np.array([0.25, 0.05, 0.06], dtype=np.float32))
 
 
@@ -487,7 +513,9 @@ def _glasses(cv: _Canvas, p: dict[str, Any], yaw: float) -> None:
         win = cv.window((bx0 + bx1) / 2, ey - 0.02, (bx1 - bx0) / 2 + 0.02, th + 0.02)
         if win is not None:
             U, V = cv.coords(win)
-            a = _edge(f32(th / 2) - np.abs(V - f32(ey - 0.02)), px) * _edge(f32((bx1 - bx0) / 2) - np.abs(U - f32((bx0 + bx1) / 2)), px)
+            a = _edge(f32(th / 2) - np.abs(V - f32(ey - 0.02)), px) * _edge(
+                f32((bx1 - bx0) / 2) - np.abs(U - f32((bx0 + bx1) / 2)), px
+            )
             cv.blend(win, a, p["glasses_colour"])
 
 
