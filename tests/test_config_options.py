@@ -45,7 +45,8 @@ def options() -> list[tuple[str, str]]:
 #: what the fast suite runs: the groups users tripped on (debug modes, data, model), the GPU and cluster
 #: options (composed), and the CPU trainer; the default of every group is what the other tests train with
 FAST = {("debug", "fdr"), ("debug", "tiny"), ("debug", "default"), ("data", "folder"), ("data", "recordio"),
-        ("model", "partial_fc"), ("model", "model_parallel"), ("trainer", "cpu"), ("experiment", "sweep_demo")} | CFG_ONLY
+        ("model", "partial_fc"), ("model", "model_parallel"), ("trainer", "cpu"),
+        ("experiment", "sweep_demo")} | CFG_ONLY
 
 
 def marks(group: str, option: str) -> list:

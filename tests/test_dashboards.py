@@ -115,7 +115,8 @@ def test_run_names_say_what_the_run_is(tiny_cfg):
 
 
 def test_sweep_group_is_named_after_the_sweep_directory(tmp_path):
-    assert sweep_group(tmp_path / "logs" / "casia_r50" / "multiruns" / "2026-01-02_03-04-05") == "casia_r50/2026-01-02_03-04-05"
+    sweep = tmp_path / "logs" / "casia_r50" / "multiruns" / "2026-01-02_03-04-05"
+    assert sweep_group(sweep) == "casia_r50/2026-01-02_03-04-05"
     assert sweep_group(tmp_path / "my_sigma_grid") == "my_sigma_grid"
 
 
@@ -176,7 +177,8 @@ def test_report_table_goes_to_the_sweep_group(tmp_path, monkeypatch):
     monkeypatch.setenv("WANDB_MODE", "offline")
     sweep = tmp_path / "logs" / "train" / "multiruns" / "2026-11-22_04-00-00"
     sweep.mkdir(parents=True)
-    rows = [{"loss": "ArcFace m=0.5", "lfw": 99.46, "sum": 13}, {"loss": "Elastic-Arc σ=0.05", "lfw": 99.52, "sum": 17, "winner": True}]
+    rows = [{"loss": "ArcFace m=0.5", "lfw": 99.46, "sum": 13},
+            {"loss": "Elastic-Arc σ=0.05", "lfw": 99.52, "sum": 17, "winner": True}]
     run_dir = log_report_table(rows, sweep, key="table1")
     assert run_dir is not None and run_dir.parent == sweep / "wandb"
     record = next(r.run for r in wandb_records(run_dir) if r.WhichOneof("record_type") == "run")

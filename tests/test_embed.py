@@ -103,7 +103,8 @@ def test_embed_folder_cli(tmp_path):
     np.testing.assert_allclose(emb[3], want, atol=1e-5)
     # Hydra-style arguments, no flip, raw embeddings
     out2 = str(tmp_path / "emb2.npy")
-    assert main([f"model_path={ts}", f"images={images}", f"out={out2}", "flip=false", "normalize=false", "device=cpu"]) == 0
+    hydra_args = [f"model_path={ts}", f"images={images}", f"out={out2}", "flip=false", "normalize=false", "device=cpu"]
+    assert main(hydra_args) == 0
     with torch.no_grad():
         raw = model(x)[0].numpy()
     np.testing.assert_allclose(np.load(out2)[3], raw, atol=1e-5)
@@ -116,4 +117,5 @@ def test_embed_folder_rejects_unaligned_sizes(tmp_path):
     export_torchscript(PoolEmbedder().eval(), ts)
     with pytest.raises(ValueError, match="expected aligned 112x112"):
         main(["--model", ts, "--images", str(images), "--out", str(tmp_path / "e.npy"), "--device", "cpu"])
-    assert main(["--model", ts, "--images", str(images), "--out", str(tmp_path / "e.npy"), "--device", "cpu", "--resize"]) == 0
+    assert main(["--model", ts, "--images", str(images), "--out", str(tmp_path / "e.npy"), "--device", "cpu",
+                 "--resize"]) == 0

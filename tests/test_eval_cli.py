@@ -74,8 +74,9 @@ def eval_data(tmp_path_factory):
 
 def test_eval_cli_end_to_end(eval_data, tmp_path):
     out = tmp_path / "out"
-    cmd = [sys.executable, str(ROOT / "eval.py"), f"model_path={eval_data / 'model.pt'}", f"data.val_root={eval_data / 'bins'}",
-           f"pairs_file={eval_data / 'pairs.txt'}", f"image_root={eval_data / 'folder'}", f"ijb.root={eval_data / 'ijb'}",
+    cmd = [sys.executable, str(ROOT / "eval.py"), f"model_path={eval_data / 'model.pt'}",
+           f"data.val_root={eval_data / 'bins'}", f"pairs_file={eval_data / 'pairs.txt'}",
+           f"image_root={eval_data / 'folder'}", f"ijb.root={eval_data / 'ijb'}",
            "ijb.target=IJBC", "device=cpu", "num_workers=0", "batch_size=16", f"hydra.run.dir={out}"]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120, cwd=str(tmp_path))
     assert proc.returncode == 0, proc.stderr[-3000:]

@@ -18,7 +18,9 @@ class TinyEmbedder(nn.Module):
 
     def __init__(self, dim: int = 512) -> None:
         super().__init__()
-        self.features = nn.Sequential(nn.Conv2d(3, 8, 3, stride=4, padding=1), nn.BatchNorm2d(8), nn.PReLU(8), nn.AdaptiveAvgPool2d(4))
+        self.features = nn.Sequential(
+            nn.Conv2d(3, 8, 3, stride=4, padding=1), nn.BatchNorm2d(8), nn.PReLU(8), nn.AdaptiveAvgPool2d(4)
+        )
         self.neck = nn.Sequential(nn.Flatten(), nn.Linear(8 * 16, dim), nn.BatchNorm1d(dim))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

@@ -173,7 +173,9 @@ def test_loop_oracle_float64(name):
 
 
 @pytest.mark.parametrize("guard", ["none", "easy", "thmm", "clip", "continuous"])
-@pytest.mark.parametrize("m1,m2,m3", [(1.0, 0.5, 0.0), (1.0, 1.2, 0.1), (1.35, 0.25, 0.2), (4.0, 0.0, 0.0), (1.0, -0.3, 0.1)])
+@pytest.mark.parametrize(
+    "m1,m2,m3", [(1.0, 0.5, 0.0), (1.0, 1.2, 0.1), (1.35, 0.25, 0.2), (4.0, 0.0, 0.0), (1.0, -0.3, 0.1)]
+)
 @pytest.mark.parametrize("per_sample", [False, True])
 def test_margin_target_matches_oracle_for_every_guard(guard, m1, m2, m3, per_sample):
     theta = torch.linspace(0, PI, 61, dtype=torch.float64)

@@ -50,7 +50,8 @@ def _head(case: str):
 
 def _inputs(case: str, step: int) -> tuple[torch.Tensor, torch.Tensor]:
     g = torch.Generator().manual_seed(100 * step + len(case))
-    emb = torch.randn(N, D, generator=g) * (8.0 if case in ("magface", "adaface") else 1.0)  # MagFace: norms in [10, 110]
+    # MagFace: norms in [10, 110]
+    emb = torch.randn(N, D, generator=g) * (8.0 if case in ("magface", "adaface") else 1.0)
     labels = torch.randint(0, C, (N,), generator=g)
     labels[3] = -1  # a row without a label: ignored by the loss and by every batch statistic
     return emb, labels
@@ -118,13 +119,16 @@ def _exactness_worker(rank: int, world: int, init_file: str, out_dir: str) -> No
     layer = ShardedFC(D, 200, sample_rate=0.05)
     layer.shard(rank, world)
     labels = torch.arange(0, 200, 7)[: 2 * world * 2]
-    emb_all, labels_all, shard = layer.gather_batch(torch.randn(labels.numel() // world, D),
-                                                    labels[rank * (labels.numel() // world): (rank + 1) * (labels.numel() // world)])
+    per_rank = labels.numel() // world
+    emb_all, labels_all, shard = layer.gather_batch(torch.randn(per_rank, D),
+                                                    labels[rank * per_rank: (rank + 1) * per_rank])
     cos, mapped = layer(emb_all, labels_all)
     owned = (labels_all >= layer.class_start) & (labels_all < layer.class_stop)
     results["sampled"] = {
         "owned_have_column": bool(((mapped >= 0) == owned).all()),
-        "targets_match": bool((layer.last_sampled_classes[mapped[owned]] + layer.class_start == labels_all[owned]).all()),
+        "targets_match": bool(
+            (layer.last_sampled_classes[mapped[owned]] + layer.class_start == labels_all[owned]).all()
+        ),
         "columns": cos.shape[1],
         "local_classes": layer.num_local_classes,
         "covered": int(shard.sum((mapped >= 0).float()).min()),
@@ -150,7 +154,8 @@ def test_sharded_heads_match_one_process(world, tmp_path):
                 got = res[(path, case)][step]
                 where = (path, case, step, rank)
                 assert _relative_error(got["loss"], ref[step]["loss"]) < 1e-5, where
-                assert _relative_error(got["emb_grad"], ref[step]["emb_grad"][rank * rows : (rank + 1) * rows]) < 1e-5, where
+                own_rows = ref[step]["emb_grad"][rank * rows : (rank + 1) * rows]
+                assert _relative_error(got["emb_grad"], own_rows) < 1e-5, where
                 assert _relative_error(got["centre_grad"], ref[step]["centre_grad"][got["rows"]]) < 1e-5, where
             # each rank's centre gradient is its own slice: together they tile the full gradient
             full = torch.cat([res[(path, case)][step]["centre_grad"] for res in results])
@@ -317,7 +322,8 @@ def test_lightning_ddp_trains_on_two_processes_and_resumes_on_three(tmp_path):
     assert json.loads((second / "summary.json").read_text())["global_step"] > steps
     resumed = torch.load(second / "checkpoints" / "last.ckpt", weights_only=False)
     assert resumed["state_dict"]["classifier.centers.weight"].shape == (8, 32)
-    assert not torch.equal(resumed["state_dict"]["classifier.centers.weight"], saved["state_dict"]["classifier.centers.weight"])
+    key = "classifier.centers.weight"
+    assert not torch.equal(resumed["state_dict"][key], saved["state_dict"][key])
     module = load_module(str(second / "checkpoints" / "last.ckpt"))  # eval/embed/export read it as any checkpoint
     assert module(torch.zeros(2, 3, 112, 112)).shape == (2, 32)
 

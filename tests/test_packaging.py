@@ -89,8 +89,8 @@ def test_wheel_ships_every_config_module_script_and_the_licence(wheel):
     metadata = zipfile.ZipFile(wheel).read(f"{dist_info}/METADATA").decode()
     assert "License-Expression: MIT" in metadata.splitlines()
     entry_points = zipfile.ZipFile(wheel).read(f"{dist_info}/entry_points.txt").decode()
-    for name in ("elasticface-train", "elasticface-eval", "elasticface-embed", "elasticface-export", "elasticface-convert",
-                 "elasticface-report"):
+    for name in ("elasticface-train", "elasticface-eval", "elasticface-embed", "elasticface-export",
+                 "elasticface-convert", "elasticface-report"):
         assert f"{name} = " in entry_points, f"console script {name} missing"
 
 
@@ -134,7 +134,8 @@ def test_every_package_under_src_is_listed_in_pyproject():
     }
     listed = set(PYPROJECT["tool"]["setuptools"]["packages"])
     assert not found - listed, f"add to [tool.setuptools] packages in pyproject.toml: {sorted(found - listed)}"
-    assert listed - found == {"elasticface.configs"}, f"listed but absent from src/: {sorted(listed - found - {'elasticface.configs'})}"
+    absent = sorted(listed - found - {"elasticface.configs"})
+    assert listed - found == {"elasticface.configs"}, f"listed but absent from src/: {absent}"
     assert PYPROJECT["tool"]["setuptools"]["package-dir"]["elasticface.configs"] == "configs"
 
 
@@ -167,7 +168,8 @@ def test_constraints_pin_every_declared_dependency_inside_its_range():
             f"constraints.txt pins {spec.name}=={pins[name]}, outside pyproject.toml's range {spec}"
         )
     assert (pins["torch"], pins["torchvision"]) == ("2.14.1", "0.29.1")  # the pair DESIGN.md prescribes
-    assert not [r for r in PROJECT["dependencies"] if "==" in r], "pyproject.toml states ranges; pins go to constraints.txt"
+    pinned = [r for r in PROJECT["dependencies"] if "==" in r]
+    assert not pinned, "pyproject.toml states ranges; pins go to constraints.txt"
 
 
 def test_makefile_and_environment_install_with_the_constraints():

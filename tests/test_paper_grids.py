@@ -40,8 +40,8 @@ def test_paper_table_is_exactly_the_papers_eleven_jobs(search, table):
     assert len(jobs) == 11
     rows = [job_row([f"hparams_search={search}", *job]) for job in jobs]
     assert rows == table  # right head, m and sigma: the head group's defaults do not win over the row
-    m_sigma = [(cfg.model.head.m, cfg.model.head.get("sigma")) for cfg in [compose_train([f"hparams_search={search}", *jobs[4]])]]
-    assert m_sigma == [(table[4][2], table[4][3])]  # and the head is built from them
+    cfg = compose_train([f"hparams_search={search}", *jobs[4]])
+    assert (cfg.model.head.m, cfg.model.head.get("sigma")) == (table[4][2], table[4][3])  # the head is built from them
 
 
 def test_paper_table_with_casia_experiment_and_three_seeds():
@@ -50,7 +50,8 @@ def test_paper_table_with_casia_experiment_and_three_seeds():
     assert len(jobs) == 33 and sorted({j[-1] for j in jobs}) == ["seed=1", "seed=2", "seed=3"]
     cfg = compose_train(base + jobs[-1])
     assert (cfg.m, cfg.sigma, cfg.seed, cfg.model.head.plus) == (0.5, 0.05, 3, True)
-    assert cfg.model.backbone.name == "iresnet50" and list(cfg.data.val_sets.names) == ["lfw", "agedb_30", "calfw", "cplfw", "cfp_fp"]
+    assert cfg.model.backbone.name == "iresnet50"
+    assert list(cfg.data.val_sets.names) == ["lfw", "agedb_30", "calfw", "cplfw", "cfp_fp"]
 
 
 def test_command_line_beats_the_row():
@@ -62,14 +63,15 @@ def test_command_line_beats_the_row():
 def test_sweep_demo_runs_the_grid_and_the_report_ranks_it(tmp_path):
     """What `make sweep-demo` runs, at debug=tiny size, from a fresh working directory: 11 jobs, one table."""
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "WANDB_MODE": "offline"}
-    out = subprocess.run([sys.executable, str(ROOT / "train.py"), "-m", "hparams_search=paper_table1", "experiment=sweep_demo",
-                          "debug=tiny"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=1800)
+    out = subprocess.run([sys.executable, str(ROOT / "train.py"), "-m", "hparams_search=paper_table1",
+                          "experiment=sweep_demo", "debug=tiny"],
+                         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=1800)
     assert out.returncode == 0, out.stderr[-3000:]
     (sweep,) = (tmp_path / "logs" / "sweep_demo" / "multiruns").iterdir()
     out = subprocess.run([sys.executable, "-m", "elasticface.report", str(sweep)], cwd=tmp_path, env=env,
                          capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
     assert "| loss | pose | lighting | expression | hard | mean | Borda sum | rank |" in out.stdout
-    rows = [line for line in out.stdout.splitlines() if line.startswith("| ArcFace") or line.startswith("| ElasticFace")]
+    rows = [line for line in out.stdout.splitlines() if line.startswith(("| ArcFace", "| ElasticFace"))]
     assert len(rows) == 11 and sum("★" in r for r in rows) >= 3
     assert (sweep / "report.csv").exists() and (sweep / "report_acc_vs_sigma.png").exists()

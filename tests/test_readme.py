@@ -107,7 +107,8 @@ def make_help_commands() -> list[str]:
     out = subprocess.run(["make", "-s", "-f", str(ROOT / "Makefile"), "help"], capture_output=True, text=True,
                          check=True, cwd=ROOT)
     # each line: `make TARGET [VAR=value ...]   description`
-    return [re.split(r"\s{2,}", line.strip())[0] for line in out.stdout.splitlines() if line.strip().startswith("make ")]
+    lines = [line.strip() for line in out.stdout.splitlines()]
+    return [re.split(r"\s{2,}", line)[0] for line in lines if line.startswith("make ")]
 
 
 def skip_reason(tokens: list[str]) -> str | None:
@@ -204,7 +205,8 @@ def test_job_counts_of_readme_sweeps():
 @pytest.mark.parametrize("command", [_param(c) for c in ALL])
 def test_readme_command_runs_verbatim(command, user_files, tmp_path, request):
     tokens = shlex.split(command)
-    if ("last.ckpt" in command or re.search(r"(ckpt_path|weights)=\.\.\.|ckpt_path=", command)) and not needs_more(tokens):
+    loads_model = "last.ckpt" in command or re.search(r"(ckpt_path|weights)=\.\.\.|ckpt_path=", command)
+    if loads_model and not needs_more(tokens):
         request.getfixturevalue("user_checkpoint")  # a trained model, for the commands that load one
     workdir = fresh_workdir(user_files, tmp_path)
     if RELEASED in command and not needs_more(tokens):
@@ -215,8 +217,9 @@ def test_readme_command_runs_verbatim(command, user_files, tmp_path, request):
         assert sweep.returncode == 0, sweep.stderr[-3000:]
         (workdir / "logs" / "train" / "multiruns").iterdir().__next__().rename(workdir / "sweep")
     if "elasticface.eval.toy_2d" in command:  # the toy example's summary reads the user's toy sweep: a tiny one
-        sweep = subprocess.run([sys.executable, str(ROOT / "train.py"), "-m", "experiment=toy_2d", "head=arcface,elastic_arc",
-                                "seed=1,2", "debug=tiny", "model.embedding_size=2", "trainer.max_steps=2"],
+        sweep = subprocess.run([sys.executable, str(ROOT / "train.py"), "-m", "experiment=toy_2d",
+                                "head=arcface,elastic_arc", "seed=1,2", "debug=tiny", "model.embedding_size=2",
+                                "trainer.max_steps=2"],
                                cwd=workdir, capture_output=True, text=True, timeout=900)
         assert sweep.returncode == 0, sweep.stderr[-3000:]
     argv = plan(command, workdir, user_files[1])
@@ -226,5 +229,5 @@ def test_readme_command_runs_verbatim(command, user_files, tmp_path, request):
     out = subprocess.run(argv, cwd=workdir, capture_output=True, text=True, timeout=900, env=env)
     assert out.returncode == 0, f"{command}\n{shlex.join(argv)}\n{out.stdout[-2000:]}\n{out.stderr[-4000:]}"
     if "train.py" in command and "--cfg" not in argv:
-        assert list(workdir.glob("logs/*/*/*/summary.json")) or list(workdir.glob("logs/*/multiruns/*/*/summary.json")), \
-            "a training command writes summary.json under ./logs"
+        summaries = [*workdir.glob("logs/*/*/*/summary.json"), *workdir.glob("logs/*/multiruns/*/*/summary.json")]
+        assert summaries, "a training command writes summary.json under ./logs"

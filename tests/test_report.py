@@ -29,11 +29,14 @@ TABLE1 = [
 ]
 
 
-def write_job(root: Path, name: str, head: str, m: float, sigma: float | None, accs: dict[str, float], seed: int = 42) -> Path:
+def write_job(
+    root: Path, name: str, head: str, m: float, sigma: float | None, accs: dict[str, float], seed: int = 42
+) -> Path:
     job = root / name
     (job / ".hydra").mkdir(parents=True)
-    summary = {"head": head, "m": m, "sigma": sigma, "seed": seed, "s": 64.0, "backbone": "iresnet50", "data": "recordio",
-               "val/sets": accs, "val/acc_mean": {"best": None, "final": float(np.mean(list(accs.values())))}}
+    summary = {"head": head, "m": m, "sigma": sigma, "seed": seed, "s": 64.0, "backbone": "iresnet50",
+               "data": "recordio", "val/sets": accs,
+               "val/acc_mean": {"best": None, "final": float(np.mean(list(accs.values())))}}
     (job / "summary.json").write_text(json.dumps(summary))
     return job
 
@@ -56,7 +59,8 @@ def test_report_of_a_table1_sweep_from_summary_files(tmp_path, capsys):
     assert main([str(tmp_path)]) == 0
     printed = capsys.readouterr().out
     rows = list(csv.DictReader((tmp_path / "report.csv").open()))
-    done = {(r["head"], float(r["m"]), float(r["sigma"]) if r["sigma"] else None): r for r in rows if r["status"] == "finished"}
+    done = {(r["head"], float(r["m"]), float(r["sigma"]) if r["sigma"] else None): r
+            for r in rows if r["status"] == "finished"}
     assert len(done) == 11
     for key, _, paper_sum in TABLE1:
         assert int(done[key]["borda_sum"]) == paper_sum, key
@@ -67,7 +71,8 @@ def test_report_of_a_table1_sweep_from_summary_files(tmp_path, capsys):
     assert [r for r in rows if r["status"] != "finished"][0]["configuration"] == "11_paper_row=still_running"
     markdown = (tmp_path / "report.md").read_text()
     assert markdown in printed
-    assert "| ElasticFace-Arc m=0.5 σ=0.05 | 99.52 (3) | 94.82 (2) | 93.90 (4) | 89.79 (4) | 95.59 (4) | 94.72 | **17** | 1 ★ |" in markdown
+    assert ("| ElasticFace-Arc m=0.5 σ=0.05 | 99.52 (3) | 94.82 (2) | 93.90 (4) | 89.79 (4) | 95.59 (4) | 94.72 "
+            "| **17** | 1 ★ |") in markdown
     assert "`11_paper_row=still_running`: no summary.json: still running, or failed" in markdown
     assert (tmp_path / "report_acc_vs_sigma.png").stat().st_size > 10_000
 
@@ -79,7 +84,8 @@ def test_seeds_give_mean_std_rank_on_means_and_flag_overlaps(tmp_path):
     sigmas = {"A": 0.0125, "B": 0.025, "C": 0.05}
     for name, accs in per_seed.items():
         for seed, acc in enumerate(accs, 1):
-            write_job(tmp_path, f"{name}_{seed}", "elastic_arc", 0.5, sigmas[name], {"pose": acc, "hard": acc - 0.1}, seed)
+            by_set = {"pose": acc, "hard": acc - 0.1}
+            write_job(tmp_path, f"{name}_{seed}", "elastic_arc", 0.5, sigmas[name], by_set, seed)
     report = build_report(read_sweep(tmp_path))
     rows = {r.sigma: r for r in report.rows}
     a, b, c = rows[0.0125], rows[0.025], rows[0.05]

@@ -33,7 +33,9 @@ def test_cosine_and_poly_decay_to_the_floor():
     assert p[0] == pytest.approx(0.1) and p[-1] < 1e-3 and all(a >= b for a, b in zip(p, p[1:]))
 
 
-@pytest.mark.parametrize("kwargs,key", [(dict(milestone_fractions=[1.5]), "milestone_fractions"), (dict(warmup_steps=100), "warmup_steps")])
+@pytest.mark.parametrize(
+    "kwargs,key", [(dict(milestone_fractions=[1.5]), "milestone_fractions"), (dict(warmup_steps=100), "warmup_steps")]
+)
 def test_bad_schedule_names_the_key(kwargs, key):
     opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=0.1)
     with pytest.raises(ValueError, match=key):

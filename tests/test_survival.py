@@ -55,7 +55,8 @@ def test_last_ckpt_is_the_final_state_and_summary_names_what_each_file_holds(tin
     last = torch.load(saved["last_checkpoint"], map_location="cpu", weights_only=False)
     assert saved["last_checkpoint"].endswith("last.ckpt") and last["global_step"] == saved["global_step"] == 9
     for key, value in final_state["state"].items():
-        assert torch.equal(last["state_dict"][key], value) if torch.is_tensor(value) else last["state_dict"][key] == value, key
+        stored = last["state_dict"][key]
+        assert torch.equal(stored, value) if torch.is_tensor(value) else stored == value, key
     names = sorted(p.name for p in (tmp_path / "checkpoints").iterdir())
     assert [n for n in names if n.startswith("step")] == ["step0000006.ckpt", "step0000008.ckpt", "step0000009.ckpt"]
     best = torch.load(saved["best_checkpoint"], map_location="cpu", weights_only=False)
@@ -98,7 +99,8 @@ def test_nan_images_stop_the_run_naming_the_step_and_keep_finite_checkpoints(tin
     assert not (tmp_path / "summary.json").exists()
     last = torch.load(tmp_path / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=False)
     assert last["global_step"] == 4
-    assert all(torch.isfinite(v).all() for v in last["state_dict"].values() if torch.is_tensor(v) and v.is_floating_point())
+    floats = [v for v in last["state_dict"].values() if torch.is_tensor(v) and v.is_floating_point()]
+    assert all(torch.isfinite(v).all() for v in floats)
 
 
 def test_skip_budget_skips_and_counts_a_nonfinite_loss(tiny_cfg, tmp_path, monkeypatch):
@@ -156,7 +158,8 @@ def test_past_the_limit_the_error_names_the_file_and_first_bad_keys(tmp_path):
     faulty_recordio(tmp_path, bad=(3, 5, 9))
     ds = RecordIODataset(str(tmp_path), max_corrupt=2)
     ledger = FaultLedger(ds.max_corrupt)
-    with pytest.raises(TooManyCorruptRecords, match=rf"3 distinct corrupt records.*{tmp_path}/train\.rec: keys 3, 5, 9"):
+    with pytest.raises(TooManyCorruptRecords,
+                       match=rf"3 distinct corrupt records.*{tmp_path}/train\.rec: keys 3, 5, 9"):
         ledger.add([item for item in (ds[i] for i in range(12)) if isinstance(item, DroppedRecord)])
 
 
@@ -206,7 +209,8 @@ def test_im2rec_without_property_does_not_take_the_class_count_from_a_stray_labe
     jp = smooth_jpeg(0)
     records = [(k, whole(ifqq(0, float(k % 4), k) + jp)) for k in range(8)] + [(8, whole(ifqq(0, 99999.0, 8) + jp))]
     write_files(tmp_path, records)
-    with pytest.raises(ValueError, match=r"train\.rec: no .*property.*not 0\.\.C-1.*largest: 99999, 3, 2.*data\.num_classes"):
+    with pytest.raises(ValueError,
+                       match=r"train\.rec: no .*property.*not 0\.\.C-1.*largest: 99999, 3, 2.*data\.num_classes"):
         RecordIODataset(str(tmp_path))
     ds = RecordIODataset(str(tmp_path), num_classes=4)  # told the count: the stray record is dropped and counted
     assert ds.num_classes == 4 and len(ds) == 8 and ds.corrupt_keys == [8]

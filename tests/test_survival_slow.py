@@ -50,7 +50,9 @@ def wait_for(path: Path, proc: subprocess.Popen, log: Path, timeout: float = 300
     deadline = time.monotonic() + timeout
     while not path.exists():
         if proc.poll() is not None:
-            pytest.fail(f"the run ended (exit {proc.returncode}) before {path.name} appeared: {log.read_text()[-3000:]}")
+            pytest.fail(
+                f"the run ended (exit {proc.returncode}) before {path.name} appeared: {log.read_text()[-3000:]}"
+            )
         if time.monotonic() > deadline:
             proc.kill()
             pytest.fail(f"{path} did not appear in {timeout} s")
@@ -75,7 +77,9 @@ def assert_same_run(resumed_dir: Path, reference_dir: Path, resumed_csv: Path, f
     steps = sorted(s for s in got if s >= from_step)
     assert steps and steps[-1] == max(expected), (steps, max(expected))
     for step in steps:
-        assert got[step] == expected[step], f"train/loss at step {step}: resumed {got[step]} vs uninterrupted {expected[step]}"
+        assert got[step] == expected[step], (
+            f"train/loss at step {step}: resumed {got[step]} vs uninterrupted {expected[step]}"
+        )
     ref_summary = json.loads((reference_dir / "summary.json").read_text())
     summary = json.loads((resumed_dir / "summary.json").read_text())
     assert summary["val/acc_mean"]["final"] == ref_summary["val/acc_mean"]["final"]

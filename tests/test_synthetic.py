@@ -68,7 +68,8 @@ def test_render_face_same_seed_same_bytes_other_seed_other_bytes():
     image = render_face(identity_params(5, 0), variation_params(5, 2, 0, 1.0))
     assert image.dtype == np.uint8 and image.shape == (112, 112, 3)
     assert image.tobytes() == render_face(identity_params(5, 0), variation_params(5, 2, 0, 1.0)).tobytes()
-    assert np.array_equal(render_face_chw(identity_params(5, 0), variation_params(5, 2, 0, 1.0)), image.transpose(2, 0, 1))
+    chw = render_face_chw(identity_params(5, 0), variation_params(5, 2, 0, 1.0))
+    assert np.array_equal(chw, image.transpose(2, 0, 1))
     assert not np.array_equal(image, render_face(identity_params(5, 1), variation_params(5, 2, 1, 1.0)))
     assert not np.array_equal(image, render_face(identity_params(5, 0), variation_params(5, 3, 0, 1.0)))
     assert image.std() > 10  # actually drawn, not a flat colour
@@ -214,7 +215,9 @@ def test_raw_pixel_cosine_is_a_weak_verifier(default_pairs):
 _CHECKSUM_SCRIPT = r"""
 import hashlib, json
 import numpy as np, torch
-from elasticface.data.synthetic import SYNTHETIC_BENCHMARKS, SyntheticFaces, identity_params, render_face, synthetic_val_sets, variation_params
+from elasticface.data.synthetic import (
+    SYNTHETIC_BENCHMARKS, SyntheticFaces, identity_params, render_face, synthetic_val_sets, variation_params,
+)
 out = {}
 h = hashlib.sha256()
 ds = SyntheticFaces(num_identities=200, images_per_identity=30, seed=42, cache=False)
@@ -233,7 +236,9 @@ probe = [np.exp(x), np.sin(x), np.power(np.abs(x), 1.7), np.exp(x.astype(np.floa
 t = torch.from_numpy(x.astype(np.float32))
 out["probe_numpy"] = hashlib.sha256(b"".join(a.tobytes() for a in probe)).hexdigest()
 # softmax differs between torch's default, avx2 and avx512 kernels (vector width); exp or sin alone do not here
-out["probe_torch"] = hashlib.sha256(torch.cat([t.softmax(0), t.sigmoid(), t.abs().pow(1.7)]).numpy().tobytes()).hexdigest()
+out["probe_torch"] = hashlib.sha256(
+    torch.cat([t.softmax(0), t.sigmoid(), t.abs().pow(1.7)]).numpy().tobytes()
+).hexdigest()
 out["torch_capability"] = torch.backends.cpu.get_cpu_capability()
 print(json.dumps(out))
 """
@@ -261,16 +266,20 @@ def _kernel_choices() -> dict[str, dict[str, str]]:
     if platform.machine().lower() in ("x86_64", "amd64"):
         if all(cpu.get(f) for f in _NUMPY_AVX2.split()):
             choices["numpy AVX2, torch avx2"] = {"NPY_ENABLE_CPU_FEATURES": _NUMPY_AVX2, "ATEN_CPU_CAPABILITY": "avx2"}
-        choices["numpy baseline, torch default"] = {"NPY_ENABLE_CPU_FEATURES": _NUMPY_BASELINE, "ATEN_CPU_CAPABILITY": "default"}
+        choices["numpy baseline, torch default"] = {
+            "NPY_ENABLE_CPU_FEATURES": _NUMPY_BASELINE, "ATEN_CPU_CAPABILITY": "default"
+        }
     else:
         choices["numpy all, torch default"] = {"ATEN_CPU_CAPABILITY": "default"}
     return choices
 
 
 def _checksums_under(env: dict[str, str]) -> subprocess.Popen:
-    full = {k: v for k, v in os.environ.items() if k not in ("NPY_ENABLE_CPU_FEATURES", "NPY_DISABLE_CPU_FEATURES", "ATEN_CPU_CAPABILITY")}
+    kernel_choice = ("NPY_ENABLE_CPU_FEATURES", "NPY_DISABLE_CPU_FEATURES", "ATEN_CPU_CAPABILITY")
+    full = {k: v for k, v in os.environ.items() if k not in kernel_choice}
     full.update(env, OMP_NUM_THREADS="1")
-    return subprocess.Popen([sys.executable, "-c", _CHECKSUM_SCRIPT], env=full, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen([sys.executable, "-c", _CHECKSUM_SCRIPT], env=full,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
 def test_faces_have_one_checksum_whatever_simd_kernels_numpy_and_torch_pick():

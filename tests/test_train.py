@@ -16,15 +16,18 @@ def test_run_writes_summary_and_checkpoints(tiny_cfg, tmp_path):
     summary = run(tiny_cfg("head=elastic_arc_plus"))
     saved = json.loads((tmp_path / "summary.json").read_text())
     assert saved["val/acc_mean"]["final"] == summary["val/acc_mean"]["final"]
-    for key in ("baseline/pixel_acc", "train_seconds", "images_per_second", "m", "s", "sigma", "head", "backbone", "data"):
+    for key in ("baseline/pixel_acc", "train_seconds", "images_per_second", "m", "s", "sigma", "head", "backbone",
+                "data"):
         assert saved[key] is not None, key
     assert (saved["m"], saved["s"], saved["sigma"]) == (0.5, 64.0, 0.0175)
-    assert 0.0 <= saved["val/acc_mean"]["best"] <= 1.0 and saved["val/acc_mean"]["best"] >= saved["val/acc_mean"]["final"]
+    acc_mean = saved["val/acc_mean"]
+    assert 0.0 <= acc_mean["best"] <= 1.0 and acc_mean["best"] >= acc_mean["final"]
     assert saved["images_per_second"] > 0
     ckpts = sorted(p.name for p in (tmp_path / "checkpoints").iterdir())
     assert "last.ckpt" in ckpts and any(name.startswith("step") for name in ckpts)
     metrics = (tmp_path / "csv" / "version_0" / "metrics.csv").read_text().splitlines()[0].split(",")
-    for name in ("train/loss", "train/margin_mean", "train/margin_std", "val/acc_mean", "val/acc_mean_best", "val/synthetic/acc"):
+    for name in ("train/loss", "train/margin_mean", "train/margin_std", "val/acc_mean", "val/acc_mean_best",
+                 "val/synthetic/acc"):
         assert name in metrics, name
     hparams = yaml.safe_load((tmp_path / "csv" / "version_0" / "hparams.yaml").read_text())
     assert hparams["sigma"] == 0.0175 and hparams["m"] == 0.5 and hparams["s"] == 64.0

@@ -61,7 +61,8 @@ def reference(dist, issame, num_folds=10, far_target=1e-3):
         thr = slinear(far_train, val_thresholds, far_target) if far_train.max() >= far_target else 0.0
         tar.append(_val_far(thr, dist[test], issame[test])[0])
     acc = np.array(acc)
-    return {"acc": np.mean(acc), "acc_std": np.std(acc), "threshold": np.mean(best), "tar": np.mean(tar), "accuracies": acc}
+    return {"acc": np.mean(acc), "acc_std": np.std(acc), "threshold": np.mean(best), "tar": np.mean(tar),
+            "accuracies": acc}
 
 
 def _embeddings(num_pairs, dim=16, seed=0, noise=0.8):
@@ -121,7 +122,8 @@ def test_ties_and_distances_exactly_on_thresholds():
 def test_torch_inputs_and_unequal_folds():
     e1, e2, issame = _embeddings(605, seed=4)
     got = evaluate_verification(torch.from_numpy(e1).float(), torch.from_numpy(e2).float(), torch.from_numpy(issame))
-    ref = reference(_ref_dist(e1.astype(np.float32).astype(np.float64), e2.astype(np.float32).astype(np.float64)), issame)
+    as_stored = [e.astype(np.float32).astype(np.float64) for e in (e1, e2)]
+    ref = reference(_ref_dist(*as_stored), issame)
     _assert_same(got, ref)
 
 
@@ -177,7 +179,9 @@ def test_tar_at_far_with_ties_many_impostors_and_few_genuine_pairs():
     num_pairs = 4000
     issame = rng.random(num_pairs) < 0.04
     # distances on the 0.001 grid (ties with each other and with the thresholds), genuine ones lower
-    dist = np.round(np.clip(np.where(issame, rng.normal(1.0, 0.3, num_pairs), rng.normal(1.9, 0.25, num_pairs)), 0, 3.9), 3)
+    dist = np.round(
+        np.clip(np.where(issame, rng.normal(1.0, 0.3, num_pairs), rng.normal(1.9, 0.25, num_pairs)), 0, 3.9), 3
+    )
     targets = (1e-6, 1e-5, 1e-4, 1e-3, 1e-2, 1e-1)
     want = reference_tars(dist, issame, targets)
     got = {t: verification_scores(dist, issame, far_target=t)["tar"] for t in targets}
@@ -353,8 +357,9 @@ def _tiny_lightning_run(tmp_path, loggers):
             return torch.optim.SGD(self.parameters(), lr=0.0)
 
     data = DataLoader(TensorDataset(emb, torch.arange(emb.shape[0])), batch_size=16)
-    trainer = pl.Trainer(max_epochs=2, logger=loggers, callbacks=[VerificationPlots(every_n_val=1)], log_every_n_steps=2,
-                         enable_progress_bar=False, enable_model_summary=False, enable_checkpointing=False,
+    trainer = pl.Trainer(max_epochs=2, logger=loggers, callbacks=[VerificationPlots(every_n_val=1)],
+                         log_every_n_steps=2, enable_progress_bar=False, enable_model_summary=False,
+                         enable_checkpointing=False,
                          num_sanity_val_steps=1, default_root_dir=str(tmp_path), accelerator="cpu")
     trainer.fit(Module(), data, data)
     return trainer
@@ -381,8 +386,10 @@ def test_verification_plots_routes_to_wandb(monkeypatch):
     from elasticface.eval.plots import roc_figure
 
     calls = []
-    monkeypatch.setattr(WandbLogger, "log_image", lambda self, key, images, step=None, **kw: calls.append(("image", key, step)))
-    monkeypatch.setattr(WandbLogger, "log_metrics", lambda self, metrics, step=None: calls.append(("metrics", sorted(metrics), step)))
+    monkeypatch.setattr(WandbLogger, "log_image",
+                        lambda self, key, images, step=None, **kw: calls.append(("image", key, step)))
+    monkeypatch.setattr(WandbLogger, "log_metrics",
+                        lambda self, metrics, step=None: calls.append(("metrics", sorted(metrics), step)))
     logger = WandbLogger(offline=True, project="test")
     fig = roc_figure({"a": (np.array([0.0, 0.1, 1.0]), np.array([0.0, 0.8, 1.0]))})
     assert log_figure(logger, "val/a/roc", fig, 7)
@@ -439,7 +446,8 @@ def test_metric_real_ddp_gloo(tmp_path):
     script = tmp_path / "ddp.py"
     script.write_text(_DDP_SCRIPT)
     out = tmp_path / "res"
-    proc = subprocess.run([sys.executable, str(script), str(port), str(out)], capture_output=True, text=True, timeout=240)
+    proc = subprocess.run([sys.executable, str(script), str(port), str(out)],
+                          capture_output=True, text=True, timeout=240)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert [(tmp_path / f"res.{r}").read_text() for r in range(3)] == ["ok"] * 3
 
@@ -455,7 +463,8 @@ def test_plot_functions_return_figures():
     metric.update(emb, torch.arange(emb.shape[0]))
     c = metric.roc_data()
     figs = [roc_figure({"toy": (c["fpr"], c["tpr"]), "toy2": (c["fold_fpr"], c["fold_tpr"])}),
-            score_histogram(c["genuine"], c["impostor"], threshold=0.3), value_histogram(np.random.rand(50), "m", "margin")]
+            score_histogram(c["genuine"], c["impostor"], threshold=0.3),
+            value_histogram(np.random.rand(50), "m", "margin")]
     for fig in figs:
         assert isinstance(fig, Figure) and fig.axes
         plt.close(fig)

@@ -22,6 +22,7 @@ def test_online_with_api_key_or_netrc(monkeypatch, tmp_path):
 
 def test_wandb_mode_env_wins(monkeypatch):
     monkeypatch.setenv("WANDB_API_KEY", "x" * 40)
-    for env, expected in (("offline", "offline"), ("dryrun", "offline"), ("disabled", "disabled"), ("DISABLED", "disabled")):
+    modes = (("offline", "offline"), ("dryrun", "offline"), ("disabled", "disabled"), ("DISABLED", "disabled"))
+    for env, expected in modes:
         monkeypatch.setenv("WANDB_MODE", env)
         assert wandb_mode() == expected, env
