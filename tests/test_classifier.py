@@ -265,6 +265,23 @@ def test_old_checkpoint_keys_and_targets_load(tiny_cfg, tmp_path):
     assert torch.equal(fresh.centers.weight, module.centers.weight)
 
 
+
+def test_old_checkpoint_whose_head_omits_arguments_loads(tiny_cfg, tmp_path):
+    """Checkpoints saved while the head constructors had defaults name fewer head arguments (cosface: no
+    `guard`): they load, with the registry's values for what they omit."""
+    from elasticface.module import FaceRecognitionModule
+    from elasticface.training import build_module
+
+    module = build_module(tiny_cfg("head=cosface"), num_classes=5)
+    hparams = dict(module.hparams)
+    hparams["head"] = {k: v for k, v in hparams["head"].items() if k != "guard"}
+    path = tmp_path / "old.ckpt"
+    torch.save({"state_dict": module.state_dict(), "hyper_parameters": hparams, "pytorch-lightning_version": "2.0.0"},
+               path)
+    loaded = FaceRecognitionModule.load_from_checkpoint(path)
+    assert loaded.head.guard == "none" and loaded.hparams["head"]["guard"] == "none"
+    assert torch.equal(loaded.centers.weight, module.centers.weight)
+
 @pytest.mark.slow
 def test_bench_classifier_runs_and_refuses_a_chunk_size_beyond_c():
     """benchmarks/bench_classifier.py at a tiny size: every path, each chunk size, ratios against dense."""

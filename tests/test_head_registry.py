@@ -5,10 +5,11 @@ import inspect
 from pathlib import Path
 
 import pytest
-from hydra.utils import get_class
+from hydra.errors import InstantiationException
+from hydra.utils import get_class, instantiate
 from omegaconf import OmegaConf
 
-from elasticface.heads.registry import HEADS, HeadEntry
+from elasticface.heads.registry import HEADS, HeadEntry, build_head, with_omitted_arguments
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs" / "head"
 FILES = sorted(CONFIGS.glob("*.yaml"))
@@ -69,3 +70,43 @@ def test_the_registry_is_the_only_home_of_the_defaults(name):
     assert not doubled, f"{name}: {entry.cls.__name__}.__init__ has defaults for {doubled}, which the registry supplies"
     positional = sorted(k for k in supplied if params[k].kind is not inspect.Parameter.KEYWORD_ONLY)
     assert not positional, f"{name}: {entry.cls.__name__}.__init__ takes {positional} by position, not keyword-only"
+
+
+# head nodes as checkpoints saved before the constructors lost their defaults hold them (resolved)
+OLD_NODES = {
+    "cosface": {"_target_": "elasticface.heads.CosFace", "s": 64.0, "m": 0.35, "gradient": "exact"},
+    "subcenter_cosface": {
+        "_target_": "elasticface.heads.SubCenter",
+        "k": 3,
+        "base": {"_target_": "elasticface.heads.CosFace", "s": 64.0, "m": 0.35},
+    },
+    "subcenter_elastic_arc_plus": {
+        "_target_": "elasticface.heads.SubCenter",
+        "k": 3,
+        "base": {
+            "_target_": "elasticface.heads.ElasticArcFace",
+            "s": 64.0,
+            "m": 0.5,
+            "sigma": 0.0175,
+            "plus": True,
+            "plus_assignment": "paper",
+        },
+    },
+}
+
+
+def _described(head) -> list[str]:
+    heads = [head, head.base] if hasattr(head, "base") else [head]
+    return [f"{type(h).__name__}({h.extra_repr()})" for h in heads]
+
+
+@pytest.mark.parametrize("name", sorted(OLD_NODES))
+def test_a_head_node_that_omits_arguments_gets_the_registry_values(name):
+    """Old checkpoints' head nodes name fewer arguments: the omitted ones come from the registry, and the head
+    is the one `head=<name>` builds today."""
+    old = OLD_NODES[name]
+    with pytest.raises(InstantiationException, match="required keyword-only argument"):
+        instantiate(old)
+    assert _described(instantiate(with_omitted_arguments(old))) == _described(build_head(name))
+    key, value = ("k", 5) if "k" in old else ("m", 0.3)
+    assert with_omitted_arguments({**old, key: value})[key] == value  # a given argument wins

@@ -20,6 +20,7 @@ from torch import Tensor, nn
 from elasticface.classifier import Classifier
 from elasticface.utils.distributed import rank_and_world
 from elasticface.data.faults import too_small_to_train
+from elasticface.heads.registry import with_omitted_arguments
 from elasticface.metrics.verification import VerificationAccuracy, flip_fused_embeddings
 from elasticface.utils.lightning_private import attached_trainer, should_update_logs
 from elasticface.utils.speed import compile_available
@@ -84,6 +85,7 @@ class FaceRecognitionModule(pl.LightningModule):
         backbone, head, centers, optimizer, scheduler, classifier = map(
             _plain, (backbone, head, centers, optimizer, scheduler, classifier))
         centers = _moved_target(centers)
+        head = with_omitted_arguments(head)
         self.save_hyperparameters(logger=False)  # train.py logs the whole resolved config instead
         self.backbone: nn.Module = instantiate(backbone)
         head_module: nn.Module = instantiate(head)
