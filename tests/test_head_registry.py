@@ -110,3 +110,10 @@ def test_a_head_node_that_omits_arguments_gets_the_registry_values(name):
     assert _described(instantiate(with_omitted_arguments(old))) == _described(build_head(name))
     key, value = ("k", 5) if "k" in old else ("m", 0.3)
     assert with_omitted_arguments({**old, key: value})[key] == value  # a given argument wins
+
+
+@pytest.mark.parametrize("path", FILES, ids=lambda p: p.stem)
+def test_a_complete_head_node_is_left_as_it_is(path):
+    node = OmegaConf.to_container(OmegaConf.load(path), resolve=True)["model"]["head"]
+    completed = with_omitted_arguments(node)
+    assert completed == node and list(completed) == list(node)

@@ -143,7 +143,8 @@ def with_omitted_arguments(cfg: Any) -> Any:
     entry = next((e for e in HEADS.values() if e.cls.__name__ == name), None)
     if entry is None:
         return cfg
-    out = {**(entry.kwargs() if entry.base is None else entry.args), **cfg}
+    registry = entry.kwargs() if entry.base is None else entry.args
+    out = {**cfg, **{k: v for k, v in registry.items() if k not in cfg}}  # a complete node stays as it is
     if "base" in out:
         out["base"] = with_omitted_arguments(out["base"])
     return out
