@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 
 import pytest
+from hydra.errors import InstantiationException
 import pytorch_lightning as pl
 import torch
 
@@ -16,6 +17,7 @@ import elasticface.training as training
 from elasticface.callbacks.divergence import zero_momentum
 from elasticface.training import build_module
 from elasticface.utils import speed
+from conftest import compose_train
 
 needs_bf16 = pytest.mark.skipif(not speed.cpu_has_bf16(), reason="this CPU has no bf16 instructions")
 
@@ -75,21 +77,49 @@ def test_channels_last_gives_the_same_embeddings(tiny_cfg):
         torch.testing.assert_close(nhwc(x), plain(x), rtol=1e-4, atol=1e-4)
 
 
+def set_up_for_fit_on_cpu(module):
+    """What the Trainer does before the first step: attach itself, then `setup("fit")`."""
+    module.trainer = pl.Trainer(accelerator="cpu", devices=1, logger=False, enable_checkpointing=False,
+                                enable_progress_bar=False)
+    module.setup("fit")
+    return module
+
+
+def test_compile_defaults_to_cpu_runs_and_short_runs_stay_eager(tiny_cfg):
+    """`model.compile: cpu` compiles where training runs on a CPU (measured there: README, Measured), not on
+    a GPU (`trainer=gpu` keeps it eager until measured); debug=tiny and other few-step runs stay eager."""
+    assert compose_train([]).model.compile == "cpu"
+    assert compose_train(["trainer=gpu"]).model.compile == "cpu"
+    for short in (["debug=tiny"], ["debug=fdr"], ["experiment=sweep_demo"], ["experiment=toy_2d"]):
+        assert compose_train(short).model.compile is False, short
+    assert speed.should_compile("cpu", training_on_cpu=True) and not speed.should_compile("cpu", training_on_cpu=False)
+    assert speed.should_compile(True, training_on_cpu=False) and not speed.should_compile(False, training_on_cpu=True)
+
+
+def test_compile_setting_outside_true_false_cpu_is_refused(tiny_cfg):
+    with pytest.raises(InstantiationException, match=r"model.compile='gpu': expected true, false or cpu"):
+        build_module(tiny_cfg("model.compile=gpu"), num_classes=8)
+
+
 def test_compile_without_a_toolchain_trains_eagerly_and_says_so(tiny_cfg, monkeypatch, caplog):
     monkeypatch.setenv("PATH", "/nonexistent")
     monkeypatch.delenv("CXX", raising=False)
     assert "no C++ compiler" in speed.missing_compile_toolchain("cpu")
+    module = build_module(tiny_cfg("model.compile=cpu"), num_classes=8)
     with caplog.at_level(logging.WARNING):
-        module = build_module(tiny_cfg("model.compile=true"), num_classes=8)
-    assert "model.compile=true" in caplog.text and "WITHOUT compile" in caplog.text
-    assert module.backbone._compiled_call_impl is None
+        set_up_for_fit_on_cpu(module)
+    assert "model.compile" in caplog.text and "WITHOUT compile" in caplog.text
+    assert not module.compiled and module.backbone._compiled_call_impl is None
 
 
-def test_compile_with_a_toolchain_compiles_the_backbone_in_place(tiny_cfg):
+@pytest.mark.parametrize("setting", ["true", "cpu"])
+def test_compile_with_a_toolchain_compiles_the_backbone_in_place_when_fitting(tiny_cfg, setting):
     if speed.missing_compile_toolchain("cpu"):
         pytest.skip("no C++ compiler here")
-    module = build_module(tiny_cfg("model.compile=true"), num_classes=8)
-    assert module.backbone._compiled_call_impl is not None
+    module = build_module(tiny_cfg(f"model.compile={setting}"), num_classes=8)
+    assert module.backbone._compiled_call_impl is None, "built (or loaded for eval/export): eager"
+    set_up_for_fit_on_cpu(module)
+    assert module.compiled and module.backbone._compiled_call_impl is not None
     assert not any("_orig_mod" in k for k in module.state_dict()), "checkpoints keep the eager names"
 
 

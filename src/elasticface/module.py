@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytorch_lightning as pl
+from pytorch_lightning.accelerators import CPUAccelerator
 import torch
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
@@ -23,7 +24,7 @@ from elasticface.data.faults import too_small_to_train
 from elasticface.heads.registry import with_omitted_arguments
 from elasticface.metrics.verification import VerificationAccuracy, flip_fused_embeddings
 from elasticface.utils.lightning_private import attached_trainer, should_update_logs
-from elasticface.utils.speed import compile_available
+from elasticface.utils.speed import check_compile_setting, compile_available, should_compile
 
 #: class-layer targets of checkpoints saved before the classifier package (their hyperparameters name them)
 _MOVED_TARGETS = {
@@ -75,7 +76,7 @@ class FaceRecognitionModule(pl.LightningModule):
         classifier: dict | None = None,
         backbone_lr_scale: float = 1.0,
         freeze_backbone_bn: bool = False,
-        compile: bool = False,
+        compile: bool | str = False,
         channels_last: bool = False,
     ) -> None:
         super().__init__()
@@ -99,8 +100,9 @@ class FaceRecognitionModule(pl.LightningModule):
         self.channels_last = channels_last
         if channels_last:
             self.backbone.to(memory_format=torch.channels_last)
-        if compile and compile_available(self.backbone):
-            self.backbone.compile()  # in place: the state_dict keeps its names (no `_orig_mod.`)
+        # compiled in setup("fit"), once the accelerator is known: models loaded for evaluation or export stay eager
+        self.compile_setting = check_compile_setting(compile)
+        self.compiled = False
         self.val_metrics = nn.ModuleDict()
         self.register_buffer("best_acc_mean", torch.tensor(float("nan"), dtype=torch.float64))
         self.validated_at_step: int | None = None
@@ -259,6 +261,11 @@ class FaceRecognitionModule(pl.LightningModule):
 
     # -- validation ----------------------------------------------------------------------------------
     def setup(self, stage: str) -> None:
+        training_on_cpu = isinstance(self.trainer.accelerator, CPUAccelerator)
+        if stage == "fit" and not self.compiled and should_compile(self.compile_setting, training_on_cpu):
+            self.compiled = compile_available(self.backbone)
+            if self.compiled:
+                self.backbone.compile()  # in place: the state_dict keeps its names (no `_orig_mod.`)
         datamodule = getattr(self.trainer, "datamodule", None)
         for name, pairs in (getattr(datamodule, "val_sets", None) or {}).items():
             if name not in self.val_metrics:

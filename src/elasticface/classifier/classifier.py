@@ -53,8 +53,8 @@ class Classifier(nn.Module):
     """Class centres and margin head; ``forward(embeddings, labels) -> ClassifierOutput`` (eval: logits).
 
     ``chunk_size``: classes per chunk of the chunked path, 1..num_classes (None: the measured default,
-    capped at the number of classes). ``path``: ``auto`` (chunked when the head can be and the classes fill more
-    than one chunk), ``chunked``, ``dense``.
+    capped at the number of classes). ``path``: ``auto`` (chunked when the classes fill more than one chunk and the
+    head's chunked step is as fast as its dense one: ``head.chunked_by_default``), ``chunked``, ``dense``.
     """
 
     def __init__(self, centers: FullFC, head: nn.Module, chunk_size: int | None = None, path: str = "auto") -> None:
@@ -78,12 +78,12 @@ class Classifier(nn.Module):
 
     @property
     def chunked(self) -> bool:
-        """`auto`: chunked where the [B, C] logits would be larger than one chunk. Up to one chunk the dense path
-        holds no more than a chunk does and skips the backward's recomputation of the cosines (one more
-        [B, D] x [D, C] product: about 1.3x the class layer's time on a CPU, README "The class layer")."""
+        """`auto`: chunked where the [B, C] logits would be larger than one chunk and the head's chunked step is
+        as fast as its dense one (`head.chunked_by_default`). Up to one chunk the dense path holds no more than
+        a chunk does and skips the backward's recomputation of the cosines (README "The class layer")."""
         if self.path != "auto":
             return self.path == "chunked"
-        return getattr(self.head, "chunkable", False) and self.centers.num_classes > (
+        return getattr(self.head, "chunked_by_default", False) and self.centers.num_classes > (
             self.chunk_size or DEFAULT_CHUNK_SIZE
         )
 

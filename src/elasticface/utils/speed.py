@@ -1,7 +1,8 @@
 """The speed settings' preconditions: each is checked where it is set, never a silent slowdown.
 
-- `model.compile=true` needs inductor's toolchain: a C++ compiler on CPU, Triton on a GPU. Without it
-  torch.compile fails at the first step, minutes into a run; here it falls back to eager, saying so.
+- `model.compile=true` (and `cpu`, the default, on a CPU) needs inductor's toolchain: a C++ compiler on CPU,
+  Triton on a GPU. Without it torch.compile fails at the first step, minutes into a run; here it falls back to
+  eager, saying so.
 - `trainer.precision=bf16-mixed` on a CPU without bf16 instructions runs emulated bf16, slower than fp32:
   refused, naming the setting.
 """
@@ -40,12 +41,25 @@ def compile_available(module: nn.Module) -> bool:
     if missing is None:
         return True
     log.warning(
-        "model.compile=true: torch.compile's inductor backend needs a toolchain on %s: %s. "
+        "model.compile: torch.compile's inductor backend needs a toolchain on %s: %s. "
         "Training WITHOUT compile (eager, slower); set model.compile=false to silence this.",
         device,
         missing,
     )
     return False
+
+
+def check_compile_setting(value: object) -> bool | str:
+    """`model.compile`: true, false, or `cpu` (compile where training runs on a CPU: measured there, not yet
+    on a GPU)."""
+    if isinstance(value, bool) or value == "cpu":
+        return value
+    raise ValueError(f"model.compile={value!r}: expected true, false or cpu (compile when training on a CPU)")
+
+
+def should_compile(setting: bool | str, training_on_cpu: bool) -> bool:
+    """Whether a run compiles its backbone: `true` always, `cpu` only when the Trainer's accelerator is the CPU."""
+    return setting is True or (setting == "cpu" and training_on_cpu)
 
 
 def cpu_has_bf16() -> bool:
