@@ -61,6 +61,37 @@ def test_partial_fc_keeps_every_positive_and_remaps_labels():
     torch.testing.assert_close(cos, full[:, classes])
 
 
+def insightface_sample(labels, num_classes, num_sample, score):
+    """insightface's rule (recognition/arcface_torch/partial_fc_v2.py, `sample`), given the uniform scores."""
+    positive = torch.unique(labels[labels >= 0], sorted=True)
+    if num_sample - positive.size(0) >= 0:
+        perm = score.clone()
+        perm[positive] = 2.0
+        index = torch.topk(perm, k=num_sample)[1]
+        return index.sort()[0]
+    return positive
+
+
+@pytest.mark.parametrize("labels", [[3, 999, 3, 512, 7], [-1, 4, -1, 4], [-1, -1], list(range(50))])
+def test_partial_fc_samples_as_insightface_with_a_size_fixed_in_advance(labels):
+    """The same classes as insightface's rule from the same scores, without reading the labels back."""
+    layer = PartialFC(embedding_size=4, num_classes=1000, sample_rate=0.05)
+    labels = torch.tensor(labels)
+    torch.manual_seed(1)
+    ours = layer.sample_classes(labels)
+    torch.manual_seed(1)
+    score = torch.rand(1001)[:1000]
+    torch.testing.assert_close(ours, insightface_sample(labels, 1000, 50, score))
+
+
+def test_partial_fc_with_more_positives_than_its_sample_keeps_them_all_and_fills_to_the_batch():
+    layer = PartialFC(embedding_size=4, num_classes=100, sample_rate=0.05)  # 5 sampled classes
+    labels = torch.tensor([7, 7, 9, 11, 13, 17, 19, 23, -1])
+    classes = layer.sample_classes(labels)
+    assert classes.numel() == labels.numel() and torch.equal(classes, classes.sort().values)
+    assert set(labels[labels >= 0].tolist()) <= set(classes.tolist())  # insightface: exactly these 7 classes
+
+
 def test_partial_fc_with_sub_centres_selects_all_k_rows_of_each_class():
     torch.manual_seed(0)
     layer = PartialFC(embedding_size=4, num_classes=100, sample_rate=0.1, centers_per_class=3)

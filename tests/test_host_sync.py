@@ -44,17 +44,7 @@ def reads_per_step(cfg, monkeypatch) -> list[tuple[int, bool, list[tuple[str, st
             ],
             marks=pytest.mark.slow,
         ),
-        pytest.param(
-            ["model=partial_fc"],
-            marks=[
-                pytest.mark.slow,
-                pytest.mark.xfail(
-                    strict=True,
-                    reason="centers.py PartialFC.sample_classes: torch.unique(labels[labels >= 0]) sizes its output "
-                    "from the data (issue 19 rewrites the class layer)",
-                ),
-            ],
-        ),
+        pytest.param(["model=partial_fc"], marks=pytest.mark.slow),
     ],
     ids=["default", "elastic_arc_plus", "curricularface-bf16", "magface-tqdm", "partial_fc"],
 )

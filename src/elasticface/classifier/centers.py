@@ -65,15 +65,21 @@ class PartialFC(FullFC):
         self.last_sampled_classes: Tensor | None = None
 
     def sample_classes(self, labels: Tensor, num_classes: int | None = None, num_sample: int | None = None) -> Tensor:
-        """Sorted class ids: all classes in `labels`, topped up with random others to `num_sample`."""
+        """Sorted class ids: all classes in `labels` (rows -1 name none), topped up with random others.
+
+        As insightface's Partial FC (`partial_fc_v2.py`: positives scored 2, uniform scores elsewhere, top-k),
+        but of a size fixed before the data is seen, max(`num_sample`, B) capped at the class count, so the
+        step never reads the number of distinct labels back from the device. insightface takes exactly the
+        distinct positives where they outnumber `num_sample`; that happens only when B > `num_sample`, where
+        this adds random classes up to B instead.
+        """
         num_classes = self.num_classes if num_classes is None else num_classes
         num_sample = self.num_sample if num_sample is None else num_sample
-        positive = torch.unique(labels[labels >= 0])
-        if positive.numel() >= num_sample:
-            return positive
-        score = torch.rand(num_classes, device=labels.device)
-        score[positive] = 2.0  # positives always win the top-k
-        return torch.topk(score, num_sample, sorted=False).indices.sort().values
+        num_sample = min(num_classes, max(num_sample, labels.numel()))
+        score = torch.rand(num_classes + 1, device=labels.device)
+        # positives always win the top-k; rows without a label mark the spare last score, which is then dropped
+        score.index_fill_(0, torch.where(labels >= 0, labels, num_classes), 2.0)
+        return torch.topk(score[:num_classes], num_sample, sorted=False).indices.sort().values
 
     def sampled_columns(self, labels: Tensor, num_classes: int, num_sample: int) -> tuple[Tensor, Tensor]:
         """The sampled classes' rows of `self.weight` (which holds `num_classes` classes), labels remapped."""
