@@ -33,7 +33,6 @@ from pathlib import Path
 import torch
 from torch import nn
 
-ROOT = Path(__file__).resolve().parents[1]
 CLOCK = [time.perf_counter]  # --clock: wall time, or this process's CPU time (time.process_time)
 
 #: dense bf16 peak (FLOP/s) by device name, for the model FLOP utilisation
@@ -69,27 +68,6 @@ CASES = {
     "iresnet50": (["backbone=iresnet50"], 112, 10_000),
     "iresnet100": (["backbone=iresnet100"], 112, 10_000),
 }
-
-
-def compose(overrides: list[str], output_dir: Path):
-    """The config `python train.py <overrides>` would run, Hydra's runtime filled in for this process."""
-    from hydra import compose as hydra_compose, initialize_config_dir
-    from hydra.core.global_hydra import GlobalHydra
-    from hydra.core.hydra_config import HydraConfig
-    from omegaconf import open_dict
-
-    from elasticface.cli.resolvers import register_resolvers
-
-    register_resolvers()
-    GlobalHydra.instance().clear()
-    with initialize_config_dir(version_base="1.3", config_dir=str(ROOT / "configs")):
-        cfg = hydra_compose(config_name="train", overrides=overrides, return_hydra_config=True)
-    with open_dict(cfg):
-        cfg.hydra.runtime.output_dir = str(output_dir)
-        cfg.hydra.runtime.cwd = str(ROOT)
-        cfg.hydra.job.num = 0
-    HydraConfig.instance().set_config(cfg)
-    return cfg
 
 
 class Batches(torch.utils.data.Dataset):
@@ -240,7 +218,9 @@ def bench_case(case: str, args: argparse.Namespace, out: Path) -> dict:
         *[f"optimizer.{k}" for k in args.optimizer],
         *args.overrides,
     ]
-    cfg = compose(overrides, out / case)
+    from elasticface.cli.compose import compose_train
+
+    cfg = compose_train(overrides, out / case)
     with open_dict(cfg):
         cfg.bench_classes = classes
         if case == "zero":

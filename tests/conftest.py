@@ -8,11 +8,9 @@ from pathlib import Path
 
 import pytest
 import torch
-from hydra import compose, initialize_config_dir
-from hydra.core.global_hydra import GlobalHydra
-from hydra.core.hydra_config import HydraConfig
-from omegaconf import DictConfig, open_dict
+from omegaconf import DictConfig
 
+from elasticface.cli.compose import compose_train  # noqa: F401  (the tests import it from here)
 from elasticface.cli.resolvers import register_resolvers
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -24,20 +22,6 @@ register_resolvers()
 
 # Small enough that a full fit (train + verification) takes seconds on 2 CPU cores.
 TINY = ["debug=tiny"]
-
-
-def compose_train(overrides: list[str], output_dir: Path | None = None) -> DictConfig:
-    """The config `python train.py <overrides>` would run, with the Hydra runtime filled in for tests."""
-    GlobalHydra.instance().clear()
-    with initialize_config_dir(version_base="1.3", config_dir=CONFIG_DIR):
-        cfg = compose(config_name="train", overrides=overrides, return_hydra_config=True)
-    if output_dir is not None:
-        with open_dict(cfg):
-            cfg.hydra.runtime.output_dir = str(output_dir)
-            cfg.hydra.runtime.cwd = str(ROOT)
-            cfg.hydra.job.num = 0
-        HydraConfig.instance().set_config(cfg)
-    return cfg
 
 
 @pytest.fixture

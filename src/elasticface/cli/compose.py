@@ -1,0 +1,29 @@
+"""The config `python train.py <overrides>` runs, composed in-process for benchmarks and tests: the same
+config tree and resolvers, with Hydra's runtime (output_dir, cwd, job number) set as `@hydra.main` sets it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from hydra import compose, initialize_config_dir
+from hydra.core.global_hydra import GlobalHydra
+from hydra.core.hydra_config import HydraConfig
+from omegaconf import DictConfig, open_dict
+
+from elasticface.cli.resolvers import register_resolvers
+from elasticface.utils.config import config_dir
+
+
+def compose_train(overrides: list[str], output_dir: Path | str | None = None) -> DictConfig:
+    """The training config for `overrides`; with `output_dir`, Hydra's runtime points there (outputs, checkpoints)."""
+    register_resolvers()
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(version_base="1.3", config_dir=str(config_dir())):
+        cfg = compose(config_name="train", overrides=overrides, return_hydra_config=True)
+    if output_dir is not None:
+        with open_dict(cfg):
+            cfg.hydra.runtime.output_dir = str(output_dir)
+            cfg.hydra.runtime.cwd = str(Path.cwd())
+            cfg.hydra.job.num = 0
+        HydraConfig.instance().set_config(cfg)
+    return cfg
