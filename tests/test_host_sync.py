@@ -14,6 +14,7 @@ import torch
 
 import elasticface.training as training
 from helpers.host_reads import StepReads, count_host_reads
+from helpers.nonfinite import nan_loss_at_step
 
 # 3 batches per epoch x 2 epochs at debug=tiny: steps 0..5, of which step 3 logs (log_every_n_steps=4);
 # a data worker process keeps the dataset's own host work out of the count
@@ -91,15 +92,8 @@ def test_a_nonfinite_step_between_logging_steps_is_skipped_on_the_device_and_rep
     """The divergence guard reads its flag only on logging steps: the bad step moved nothing, the report names it,
     and no checkpoint was written after it."""
     from elasticface.callbacks.divergence import TrainingDiverged
-    from elasticface.module import FaceRecognitionModule
 
-    step = FaceRecognitionModule.training_step
-
-    def nan_loss_at_step_4(self, batch, batch_idx):
-        loss = step(self, batch, batch_idx)
-        return loss * float("nan") if self.global_step == 4 else loss
-
-    monkeypatch.setattr(FaceRecognitionModule, "training_step", nan_loss_at_step_4)
+    nan_loss_at_step(monkeypatch, 4)
     # steps 0..5 over 2 epochs; logging steps are 2 and 5 (log_every_n_steps=3); a checkpoint at steps 2 and 4
     with pytest.raises(TrainingDiverged, match=r"diverged at step 4 .*loss = nan"):
         training.run(tiny_cfg("trainer.log_every_n_steps=3", "checkpoint.every_n_steps=2"))

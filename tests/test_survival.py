@@ -21,9 +21,9 @@ from elasticface.data.datamodule import FaceDataModule
 from elasticface.data.faults import DroppedRecord, FaultLedger, TooManyCorruptRecords
 from elasticface.data.pair_files import load_bin
 from elasticface.data.recordio_dataset import RecordIODataset
-from elasticface.module import FaceRecognitionModule
 from elasticface.training import build_module, build_trainer, run
 from elasticface.checkpointing.atomic_save import AtomicCheckpointIO, remove_stale_temporaries
+from helpers.nonfinite import nan_loss_at_step
 from helpers.recordio_files import ifqq, smooth_jpeg, whole, write_files
 
 
@@ -104,13 +104,7 @@ def test_nan_images_stop_the_run_naming_the_step_and_keep_finite_checkpoints(tin
 
 
 def test_skip_budget_skips_and_counts_a_nonfinite_loss(tiny_cfg, tmp_path, monkeypatch):
-    step = FaceRecognitionModule.training_step
-
-    def nan_loss_at_step_3(self, batch, batch_idx):
-        loss = step(self, batch, batch_idx)
-        return loss * float("nan") if self.global_step == 3 else loss
-
-    monkeypatch.setattr(FaceRecognitionModule, "training_step", nan_loss_at_step_3)
+    nan_loss_at_step(monkeypatch, 3)
     with pytest.raises(TrainingDiverged, match=r"step 3 .*loss = nan.*train.skip_nonfinite_steps=N"):
         run(tiny_cfg("trainer.max_epochs=2"))
     summary = run(compose_train([*TINY, "trainer.max_epochs=2", "train.skip_nonfinite_steps=1"], tmp_path / "b"))
