@@ -287,6 +287,21 @@ def test_one_process_sharded_fc_is_partial_fc():
     assert cos.shape == (6, 10) and torch.equal(sampled.last_sampled_classes[mapped[labels >= 0]], labels[labels >= 0])
 
 
+@pytest.mark.parametrize("num_classes,world,rate,batch", [(100, 3, 0.1, 6), (100, 3, 0.1, 40), (10, 3, 0.5, 2),
+                                                           (10, 4, 1.0, 5)])
+def test_columns_of_all_ranks_are_known_without_asking_them(num_classes, world, rate, batch):
+    """The count the heads get as C (AdaCos) equals the columns each rank's step actually samples."""
+    torch.manual_seed(0)
+    labels = torch.randint(0, num_classes, (batch,))
+    seen = 0
+    for rank in range(world):
+        layer = ShardedFC(D, num_classes, sample_rate=rate)
+        layer.shard(rank, world)
+        weight, _ = layer.train().columns(labels)
+        seen += weight.shape[0]
+    assert layer.num_columns_all_ranks(batch) == seen
+
+
 def test_checkpoint_for_another_number_of_classes_is_refused(tiny_cfg):
     from elasticface.training import build_module
 

@@ -151,7 +151,8 @@ class Classifier(nn.Module):
                 return lse if shard is None else combine_shards(lse)
 
         with use_shard(shard):
-            plan = head.plan(cos_y, valid, norms, num_columns=self._num_columns(num, shard), nontarget_lse=lse_of)
+            num_columns = self._num_columns(num, shard, mapped.numel())
+            plan = head.plan(cos_y, valid, norms, num_columns=num_columns, nontarget_lse=lse_of)
         lse, cos_t = chunked_logits(x, weight, mapped, plan.nontarget, k, chunk, normalize, plan.scale)
         if shard is not None:
             lse = combine_shards(lse)
@@ -168,13 +169,13 @@ class Classifier(nn.Module):
             loss = loss + aux
         return self._output(loss, aux, cos_y.detach(), valid)
 
-    def _num_columns(self, local: int, shard: ClassShard | None) -> int:
+    def _num_columns(self, local: int, shard: ClassShard | None, batch_size: int) -> int:
         """Classes the dense head would see: all shards' (sampled) columns."""
         if shard is None:
             return local
         if self.centers.sample_rate >= 1.0:
             return self.centers.num_classes
-        return int(shard.sum(torch.tensor(float(local))))
+        return self.centers.num_columns_all_ranks(batch_size)
 
     def _output(self, loss: Tensor, aux: Tensor | None, cos_y: Tensor, valid: Tensor) -> ClassifierOutput:
         theta_y = torch.acos(cos_y.detach().clamp(-1.0, 1.0)) if getattr(self.head, "normalized", True) else cos_y

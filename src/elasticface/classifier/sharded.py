@@ -85,10 +85,25 @@ class ShardedFC(PartialFC):
         self.check_labels(labels)
         owned = (labels >= self.class_start) & (labels < self.class_stop)
         local = torch.where(owned, labels - self.class_start, torch.full_like(labels, -1))
-        num_sample = max(1, int(round(self.sample_rate * self.num_local_classes)))
+        num_sample = self.num_sample_of(self.num_local_classes)
         if num_sample >= self.num_local_classes:
             return self.weight, local
         return self.sampled_columns(local, self.num_local_classes, num_sample)
+
+    def num_sample_of(self, num_local_classes: int) -> int:
+        """How many of a shard's classes a step samples (before `sample_classes` raises it to the batch size)."""
+        return max(1, int(round(self.sample_rate * num_local_classes)))
+
+    def num_columns_all_ranks(self, batch_size: int) -> int:
+        """The classes all ranks' steps see together, from the shard sizes and the gathered batch size alone
+        (each rank's sample is fixed in advance: `PartialFC.sample_classes`), so no rank asks the others."""
+        total = 0
+        for rank in range(self.world):
+            start, stop = shard_bounds(self.num_classes, self.world, rank)
+            local = stop - start
+            sample = self.num_sample_of(local)
+            total += local if sample >= local else min(local, max(sample, batch_size))
+        return total
 
     def gather_batch(self, embeddings: Tensor, labels: Tensor) -> tuple[Tensor, Tensor, ClassShard]:
         """The global batch (every rank's rows, in rank order; gradients flow back to their rank) and its shard."""
