@@ -121,6 +121,30 @@ def test_generic_timm_model_gets_the_neck():
         assert model(_faces()).shape == (2, 64)
 
 
+@pytest.mark.parametrize(
+    "name, shift",
+    [("iresnet_tiny", "features.bias"), ("mobilefacenet", "features.layers.3.bias"), ("resnet10t", "neck.features.bias")],
+)
+def test_embedding_shift_false_holds_the_embedding_bn_centred(name, shift):
+    # the toy example's 2-D embedding: a learned shift would move the cloud off the origin (README, The toy example)
+    torch.manual_seed(0)
+    model = B.build_backbone(name, embedding_size=2, embedding_shift=False)
+    frozen = [k for k, p in model.named_parameters() if not p.requires_grad]
+    assert shift in frozen and len(frozen) <= 2  # the shift, and the scale where insightface fixes it too
+    optimizer = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=0.1, weight_decay=5e-4)
+    for _ in range(2):
+        optimizer.zero_grad()
+        model(_faces()).sum().backward()
+        optimizer.step()
+    assert torch.count_nonzero(model.get_parameter(shift)) == 0
+    model.train()
+    with torch.no_grad():
+        embeddings = model(torch.randn(16, 3, 112, 112))
+    assert embeddings.mean(0).abs().max() < 1e-5  # batch statistics centre it exactly
+    default = B.build_backbone(name, embedding_size=2)
+    assert default.get_parameter(shift).requires_grad  # insightface's default: the shift trains
+
+
 def test_img_size_is_dropped_for_models_without_it():
     resnet = B.build_backbone("resnet10t", img_size=112)  # ResNet's constructor has no img_size
     assert isinstance(resnet, B.TimmEmbedder) and resnet.neck.in_features == 512

@@ -68,6 +68,8 @@ def command(group: str, option: str, base: Path) -> list[str]:
         return args + ([] if option == "tiny" else ["data.train_dataset.num_identities=8",
                                                       "data.val_sets.num_pairs=40", "data.val_sets.num_identities=10"])
     args.append("debug=tiny")
+    if (group, option) == ("experiment", "toy_2d"):  # debug=tiny's 32-d embedding, which the toy refuses
+        args.append("model.embedding_size=2")
     if group in ("hparams_search", "launcher"):
         args = ["-m", *args] + (["hydra.sweeper.n_trials=2"] if option.endswith("optuna") else [])
     return args

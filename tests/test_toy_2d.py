@@ -170,6 +170,31 @@ def test_toy_2d_run_writes_its_geometry(tiny_cfg, tmp_path):
     np.testing.assert_allclose(result["centres"], centres.numpy(), rtol=1e-6)
 
 
+def test_hold_centres_keeps_their_directions_for_the_first_steps():
+    from types import SimpleNamespace
+
+    from elasticface.callbacks.hold_centres import HoldClassCentres
+
+    torch.manual_seed(0)
+    centres = torch.nn.Linear(2, 8, bias=False)
+    module = SimpleNamespace(centers=centres)
+    optimizer = torch.optim.SGD(centres.parameters(), lr=0.1, momentum=0.9, weight_decay=5e-4)
+    hold = HoldClassCentres(steps=3)
+    start = centres.weight.detach().clone()
+    for step in range(5):
+        optimizer.zero_grad()
+        (centres(torch.randn(4, 2)) ** 2).sum().backward()
+        hold.on_before_optimizer_step(SimpleNamespace(global_step=step), module, optimizer)
+        optimizer.step()
+        cosine = torch.nn.functional.cosine_similarity(centres.weight, start)
+        if step < 3:  # weight decay shrinks a held centre, it never turns it
+            assert torch.allclose(cosine, torch.ones(8), atol=1e-6), step
+            assert centres.weight.norm(dim=1).lt(start.norm(dim=1)).all()
+    assert (cosine < 0.999).any()  # released: they move
+    with pytest.raises(ValueError, match=r"callbacks\.hold_centres\.steps=-1"):
+        HoldClassCentres(steps=-1)
+
+
 @pytest.mark.parametrize(
     "overrides, setting",
     [
@@ -217,31 +242,28 @@ def test_the_papers_resnet18_at_112_composes():
     assert backbone(torch.zeros(2, 3, 112, 112)).shape == (2, 2)
     assert sum(p.numel() for p in backbone.parameters()) > 11_000_000  # ResNet-18's 11M, not the toy's 0.1M
     toy = compose_train(["experiment=toy_2d"])
-    assert toy.model.backbone.img_size == toy.data.image_size == 32
-    assert instantiate(toy.model.backbone)(torch.zeros(2, 3, 32, 32)).shape == (2, 2)
+    assert toy.model.backbone.img_size == toy.data.image_size == 16
+    assert instantiate(toy.model.backbone)(torch.zeros(2, 3, 16, 16)).shape == (2, 2)
+    # the two departures that make the toy converge travel with the experiment, whatever the backbone
+    assert backbone.neck.features.bias.requires_grad is False and cfg.callbacks.hold_centres.steps == 200
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="measured: the CPU recipe leaves two pairs of ArcFace's centres merged "
-    "(gaps 0.2°-113.5° after 800 steps, seed 1; README, The toy example); strict, so a recipe that converges "
-    "shows up here",
-)
 def test_the_toy_recipe_converges(tmp_path):
-    """ArcFace, seed 1, the config as it is: every centre gap within 45° ± 5°, the loss flat at the end."""
+    """ArcFace, seed 1, the config as it is (~2 min): every centre gap within 45° ± 5°, the loss flat at the end."""
     import csv
 
     summary = run(compose_train(["experiment=toy_2d", "head=arcface", "seed=1"], tmp_path))
+    assert summary["global_step"] == 3000
     result = json.loads((tmp_path / "toy_2d.json").read_text())
     gaps = result["consecutive_gaps_deg"]
-    assert all(abs(g - 45.0) <= 5.0 for g in gaps), gaps
+    assert len(gaps) == 8 and all(abs(g - 45.0) <= 5.0 for g in gaps), gaps
     rows = list(csv.DictReader(open(next(tmp_path.glob("csv/*/metrics.csv")))))
     loss = [(int(r["step"]), float(r["train/loss"])) for r in rows if r.get("train/loss")]
-    steps = summary["global_step"]
-    last = [value for step, value in loss if step >= 0.9 * steps]
-    assert len(last) >= 4, loss[-5:]
+    last = [value for step, value in loss if step >= 0.9 * summary["global_step"]]
+    assert len(last) >= 10, loss[-5:]
+    # flat: over the last 10% the loss moves by under 1% of what it fell over the whole run
     half = len(last) // 2
-    before, after = np.mean(last[:half]), np.mean(last[half:])
-    assert abs(after - before) <= 0.05 * before, (before, after)
+    drop = loss[0][1] - np.mean(last)
+    assert drop > 0, loss[:3]
+    assert abs(np.mean(last[half:]) - np.mean(last[:half])) <= 0.01 * drop, (loss[0], last)

@@ -11,6 +11,7 @@ import difflib
 from typing import Any, List
 
 import timm
+import torch
 from torch import nn
 
 from .neck import TimmEmbedder
@@ -70,6 +71,7 @@ def build_backbone(
     embedding_size: int = 512,
     dropout: float = 0.0,
     img_size: int = 112,
+    embedding_shift: bool = True,
     **timm_kwargs: Any,
 ) -> nn.Module:
     """Return a module mapping float [B, 3, img_size, img_size] crops to [B, embedding_size].
@@ -80,6 +82,10 @@ def build_backbone(
         dropout: face backbones: their own output-block dropout; other models: the neck's dropout.
         img_size: input side length, passed to models whose constructor takes it (ViTs: 112 with
             patch 16 gives 7x7 tokens).
+        embedding_shift: train the shift of the embedding's final BatchNorm1d, as insightface does.
+            ``False`` holds it at zero, so the embeddings stay centred on the origin: in a 2-D embedding
+            (the toy example) a learned shift moves the whole cloud off the origin, where every class
+            sees it under nearly the same angle and the class centres merge.
         **timm_kwargs: passed to ``timm.create_model`` (``drop_path_rate``, ``checkpoint_path``,
             ``pretrained`` for timm's own ImageNet weights, ...).
 
@@ -99,10 +105,20 @@ def build_backbone(
             name, num_classes=0, embedding_size=embedding_size, dropout=dropout, img_size=img_size, **timm_kwargs
         )
         model.embedding_size = embedding_size
-        return model
+    else:
+        timm_kwargs.setdefault("pretrained", False)
+        body = _create_headless(name, img_size, timm_kwargs)
+        in_features = getattr(body, "head_hidden_size", None) or body.num_features
+        model = TimmEmbedder(body, in_features, embedding_size=embedding_size, dropout=dropout, name=name)
+    if not embedding_shift:
+        _hold_embedding_shift_at_zero(model)
+    return model
 
-    timm_kwargs.setdefault("pretrained", False)
-    body = _create_headless(name, img_size, timm_kwargs)
-    in_features = getattr(body, "head_hidden_size", None) or body.num_features
-    return TimmEmbedder(body, in_features, embedding_size=embedding_size, dropout=dropout, name=name)
+
+def _hold_embedding_shift_at_zero(model: nn.Module) -> None:
+    """Zero the shift of the embedding's BatchNorm1d (every backbone here ends in one) and stop training it."""
+    embedding_norm = [m for m in model.modules() if isinstance(m, nn.BatchNorm1d)][-1]
+    with torch.no_grad():
+        embedding_norm.bias.zero_()
+    embedding_norm.bias.requires_grad_(False)
 
