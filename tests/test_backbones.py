@@ -123,7 +123,11 @@ def test_generic_timm_model_gets_the_neck():
 
 @pytest.mark.parametrize(
     "name, shift",
-    [("iresnet_tiny", "features.bias"), ("mobilefacenet", "features.layers.3.bias"), ("resnet10t", "neck.features.bias")],
+    [
+        ("iresnet_tiny", "features.bias"),
+        ("mobilefacenet", "features.layers.3.bias"),
+        ("resnet10t", "neck.features.bias"),
+    ],
 )
 def test_embedding_shift_false_holds_the_embedding_bn_centred(name, shift):
     # the toy example's 2-D embedding: a learned shift would move the cloud off the origin (README, The toy example)

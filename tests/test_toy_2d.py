@@ -104,7 +104,8 @@ def fake_toy_job(job, head: str, seed: int, gap_deg: float, spread_deg: float) -
     write_toy_results(job, np.array(embeddings), np.array(labels), centres, geometry, head)
     (job / "summary.json").write_text(json.dumps({"head": head, "seed": seed, "global_step": 10}))
     gaps = np.diff(np.append(centre_deg, centre_deg[0] + 360.0))
-    return {"gap_error": np.abs(gaps - 45.0).mean(), "low": spread_deg, "high": 2 * spread_deg}
+    return {"gap_error": np.abs(gaps - 45.0).mean(), "worst": np.abs(gaps - 45.0).max(), "low": spread_deg,
+            "high": 2 * spread_deg}
 
 
 def test_sweep_summary_over_seeds(tmp_path, capsys):
@@ -130,6 +131,7 @@ def test_sweep_summary_over_seeds(tmp_path, capsys):
     for head, jobs in expected.items():
         for key, values in (
             ("gap_error_deg", [j["gap_error"] for j in jobs]),
+            ("worst_gap_error_deg", [j["worst"] for j in jobs]),
             ("std_low_deg", [j["low"] for j in jobs]),
             ("std_high_deg", [j["high"] for j in jobs]),
         ):
@@ -140,12 +142,29 @@ def test_sweep_summary_over_seeds(tmp_path, capsys):
         assert summary[head]["overlap_pct"] == (0.0, 0.0)
     assert main([str(tmp_path), "--seed", "2"]) == 0
     out = capsys.readouterr().out
-    assert "| arcface | 2 | 10 |" in out and "± " in out
+    # the widened gap: 53.5° and 61.6° for ArcFace, 49.0° (within 45° ± 5°) and 50.2° for ElasticFace-Arc+
+    assert "| arcface | 2 | 10 | 0 of 2 | 0 |" in out and "| elastic_arc_plus | 2 | 10 | 1 of 2 | 0 |" in out
+    assert "± " in out and "without the" not in out
     assert (tmp_path / SWEEP_FIGURE_FILE).stat().st_size > 0
     assert main([str(tmp_path), "--seed", "7"]) == 2
     assert "--seed 7" in capsys.readouterr().err
     assert main([str(tmp_path / "nowhere")]) == 2
     assert "no such sweep directory" in capsys.readouterr().err
+
+
+def test_sweep_summary_names_the_seeds_whose_centres_merged(tmp_path, capsys):
+    """A collapsed run (seven gaps of 4.8°, one of 326°) is counted and named, and the heads are also
+    summarised without it: its gap error alone would dominate a mean over 5 seeds."""
+    for job, (seed, gap) in enumerate([(1, 2.0), (2, 3000.0), (3, 4.0)]):
+        (tmp_path / str(job)).mkdir()
+        fake_toy_job(tmp_path / str(job), "arcface", seed, gap, 1.0)
+    runs = read_toy_sweep(tmp_path)
+    assert [r["merged"] for r in runs] == [False, True, False]
+    assert summarize_over_seeds(runs)["arcface"]["merged_seeds"] == [2]
+    assert main([str(tmp_path)]) == 0
+    everything, without = capsys.readouterr().out.split("without the 1 run whose centres merged")
+    assert "| arcface | 3 | 10 | 2 of 3 | 1 (seed 2) |" in everything
+    assert "| arcface | 2 | 10 | 2 of 2 | 0 |" in without
 
 
 def test_toy_2d_run_writes_its_geometry(tiny_cfg, tmp_path):
@@ -249,21 +268,35 @@ def test_the_papers_resnet18_at_112_composes():
 
 
 @pytest.mark.slow
-def test_the_toy_recipe_converges(tmp_path):
-    """ArcFace, seed 1, the config as it is (~2 min): every centre gap within 45° ± 5°, the loss flat at the end."""
+@pytest.mark.parametrize("scale", [None, 16])
+def test_the_toy_recipe_converges(tmp_path, scale):
+    """ArcFace, seed 1, the config as it is (~2 min each): the loss flat at the end and every identity apart.
+
+    With the paper's s = 64 the loss is ~0 once every centre gap exceeds ~40° (the margin's 28.6° plus the
+    ~8° that s·Δcos ≈ 6 needs), so the ~40° of slack left over the 8 gaps stays wherever the run put it (the
+    largest gap ended between 49° and 55° for seed 1 across thread counts): the robust statement is that no
+    two identities are closer than 35° and no training face is nearer another identity's centre. With s = 16
+    the loss cannot reach ~0 and the same network and schedule spread the centres to 45° ± 5° (±0.6° seen).
+    """
     import csv
 
-    summary = run(compose_train(["experiment=toy_2d", "head=arcface", "seed=1"], tmp_path))
+    summary = run(compose_train(["experiment=toy_2d", "head=arcface", "seed=1"]
+                                + ([f"s={scale}"] if scale else []), tmp_path))
     assert summary["global_step"] == 3000
     result = json.loads((tmp_path / "toy_2d.json").read_text())
     gaps = result["consecutive_gaps_deg"]
-    assert len(gaps) == 8 and all(abs(g - 45.0) <= 5.0 for g in gaps), gaps
+    assert len(gaps) == 8 and sum(gaps) == pytest.approx(360.0), gaps
+    if scale is None:
+        assert min(gaps) > 35.0 and result["overlap_fraction"] == 0.0, (gaps, result["overlap_fraction"])
+    else:
+        assert all(abs(g - 45.0) <= 5.0 for g in gaps), gaps
     rows = list(csv.DictReader(open(next(tmp_path.glob("csv/*/metrics.csv")))))
     loss = [(int(r["step"]), float(r["train/loss"])) for r in rows if r.get("train/loss")]
     last = [value for step, value in loss if step >= 0.9 * summary["global_step"]]
     assert len(last) >= 10, loss[-5:]
-    # flat: over the last 10% the loss moves by under 1% of what it fell over the whole run
+    # flat: over the last 10% the loss's median moves by under 1% of what it fell over the whole run (medians,
+    # since one batch of high-variation faces can spike the per-step loss of a converged run)
     half = len(last) // 2
-    drop = loss[0][1] - np.mean(last)
+    drop = loss[0][1] - np.median(last)
     assert drop > 0, loss[:3]
-    assert abs(np.mean(last[half:]) - np.mean(last[:half])) <= 0.01 * drop, (loss[0], last)
+    assert abs(np.median(last[half:]) - np.median(last[:half])) <= 0.01 * drop, (loss[0], last)

@@ -172,9 +172,16 @@ def toy_figure(embeddings: np.ndarray, labels: np.ndarray, centres: np.ndarray, 
 
 
 #: what the sweep summary reports per head, as (key in a run's results, column title)
-SUMMARY_METRICS = (("gap_error_deg", r"mean \|gap − ideal\| (°)"), ("std_low_deg", "std, low-variation ids (°)"),
-                   ("std_high_deg", "std, high-variation ids (°)"), ("overlap_pct", "overlap (%)"))
+SUMMARY_METRICS = (("gap_error_deg", r"mean \|gap − ideal\| (°)"),
+                   ("worst_gap_error_deg", r"largest \|gap − ideal\| (°)"),
+                   ("std_low_deg", "std, low-variation ids (°)"), ("std_high_deg", "std, high-variation ids (°)"),
+                   ("overlap_pct", "overlap (%)"))
 SWEEP_FIGURE_FILE = "toy_2d_heads.png"
+#: a run whose smallest centre gap is under this fraction of the ideal has merged centres: two or more
+#: identities share one direction (a 2-D run that collapsed), which no gap or spread average describes
+MERGED_FRACTION = 0.25
+#: the toy's convergence criterion (issue 22): every centre gap within the ideal ± this many degrees
+GAP_TOLERANCE_DEG = 5.0
 
 
 def _job_order(job: Path) -> tuple[float, str]:
@@ -196,10 +203,14 @@ def read_toy_sweep(sweep_dir: Path) -> list[dict[str, Any]]:
         result.update(head=summary.get("head", job.name), seed=summary.get("seed"), steps=summary.get("global_step"),
                       train_seconds=summary.get("train_seconds"))
         by_level = {float(k): v for k, v in result.get("mean_class_std_deg_by_variation", {}).items()}
-        result.update(gap_error_deg=result["gap_mean_abs_error_deg"],
+        ideal = result["ideal_gap_deg"]
+        worst = max(result["gap_max_deg"] - ideal, ideal - result["gap_min_deg"])
+        result.update(gap_error_deg=result["gap_mean_abs_error_deg"], worst_gap_error_deg=worst,
+                      within_tolerance=worst <= GAP_TOLERANCE_DEG,
                       std_low_deg=by_level[min(by_level)] if by_level else float("nan"),
                       std_high_deg=by_level[max(by_level)] if len(by_level) > 1 else float("nan"),
-                      overlap_pct=100.0 * result.get("overlap_fraction", float("nan")))
+                      overlap_pct=100.0 * result.get("overlap_fraction", float("nan")),
+                      merged=result["gap_min_deg"] < MERGED_FRACTION * ideal)
         runs.append(result)
     if not runs:
         raise FileNotFoundError(
@@ -209,14 +220,17 @@ def read_toy_sweep(sweep_dir: Path) -> list[dict[str, Any]]:
 
 
 def summarize_over_seeds(runs: Sequence[dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    """Per head, in the sweep's order: the seeds and, per metric of SUMMARY_METRICS, (mean, std over seeds);
-    the std is the sample std (ddof=1), NaN with one seed."""
+    """Per head, in the sweep's order: the seeds, those whose centres merged, those with every gap within
+    GAP_TOLERANCE_DEG and, per metric of SUMMARY_METRICS, (mean, std over seeds); the std is the sample std
+    (ddof=1), NaN with one seed."""
     heads: dict[str, list[dict[str, Any]]] = {}
     for run in runs:
         heads.setdefault(run["head"], []).append(run)
     summary = {}
     for head, head_runs in heads.items():
-        row: dict[str, Any] = {"seeds": [r["seed"] for r in head_runs], "steps": head_runs[0]["steps"]}
+        row: dict[str, Any] = {"seeds": [r["seed"] for r in head_runs], "steps": head_runs[0]["steps"],
+                               "merged_seeds": [r["seed"] for r in head_runs if r["merged"]],
+                               "within_tolerance_seeds": [r["seed"] for r in head_runs if r["within_tolerance"]]}
         for key, _ in SUMMARY_METRICS:
             values = np.array([r[key] for r in head_runs], dtype=np.float64)
             row[key] = (float(values.mean()), float(values.std(ddof=1)) if len(values) > 1 else float("nan"))
@@ -225,12 +239,18 @@ def summarize_over_seeds(runs: Sequence[dict[str, Any]]) -> dict[str, dict[str, 
 
 
 def format_summary(summary: dict[str, dict[str, Any]]) -> str:
-    """The per-head table as Markdown: mean ± std over seeds."""
-    lines = ["| head | seeds | steps | " + " | ".join(title for _, title in SUMMARY_METRICS) + " |",
-             "|---|---|---|" + "---|" * len(SUMMARY_METRICS)]
+    """The per-head table as Markdown: mean ± std over seeds, how many seeds met the gap criterion and which
+    ended with merged centres."""
+    lines = [f"| head | seeds | steps | every gap within ±{GAP_TOLERANCE_DEG:g}° | merged centres | "
+             + " | ".join(title for _, title in SUMMARY_METRICS) + " |",
+             "|---|---|---|---|---|" + "---|" * len(SUMMARY_METRICS)]
     for head, row in summary.items():
         cells = [f"{m:.2f}" if np.isnan(s) else f"{m:.2f} ± {s:.2f}" for m, s in (row[k] for k, _ in SUMMARY_METRICS)]
-        lines.append(f"| {head} | {len(row['seeds'])} | {row['steps']} | " + " | ".join(cells) + " |")
+        merged = row["merged_seeds"]
+        merged_cell = f"{len(merged)} (seed {', '.join(map(str, merged))})" if merged else "0"
+        within = f"{len(row['within_tolerance_seeds'])} of {len(row['seeds'])}"
+        lines.append(f"| {head} | {len(row['seeds'])} | {row['steps']} | {within} | {merged_cell} | "
+                     + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
@@ -293,6 +313,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     print(f"sweep: {sweep_dir}")
     print(format_summary(summarize_over_seeds(runs)))
+    spread = [r for r in runs if not r["merged"]]
+    if spread and len(spread) < len(runs):
+        merged = len(runs) - len(spread)
+        print(f"\nwithout the {merged} run{'s' if merged > 1 else ''} whose centres merged "
+              f"(smallest gap under {MERGED_FRACTION:g} of the ideal):")
+        print(format_summary(summarize_over_seeds(spread)))
     import matplotlib.pyplot as plt
 
     figure = toy_sweep_figure([{**r, "title": f"{r['head']} (seed {seed})"} for r in shown])
