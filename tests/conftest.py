@@ -34,10 +34,14 @@ def tiny_cfg(tmp_path):
 
 @pytest.fixture(autouse=True)
 def _single_thread_when_parallel():
-    """At most 2 torch threads, and no more than the cores each xdist worker has: 2 workers with 2 threads each
-    on 2 cores ran a 3,000-step toy run 30x slower (every parallel op waits for a descheduled thread)."""
+    """At most 2 torch threads, and no more than the cores each xdist worker has, here and in the commands the
+    tests start: 2 workers with 2 threads each on 2 cores ran a 3,000-step toy run 30x slower (every parallel
+    op waits for a descheduled thread)."""
     workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
-    torch.set_num_threads(max(1, min(2, (os.cpu_count() or 1) // workers)))
+    threads = max(1, min(2, (os.cpu_count() or 1) // workers))
+    torch.set_num_threads(threads)
+    if workers > 1:
+        os.environ["OMP_NUM_THREADS"] = str(threads)
     yield
 
 
