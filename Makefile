@@ -20,7 +20,7 @@ BENCH_HEADS := --classes 20000
 endif
 DIR ?=
 
-.PHONY: install train test test-all test-slow lint format bench sweep-demo report clean help
+.PHONY: install train test test-all test-slow lint format docs docs-serve bench sweep-demo report clean help
 
 help:
 	@echo "make train                                          train on synthetic faces (CPU is fine)"
@@ -30,6 +30,7 @@ help:
 	@echo "make test-all                                       every test, slow ones included"
 	@echo "make lint                                           ruff check and the import layers (CI runs it)"
 	@echo "make format                                         what ruff format would change (a diff; nothing is written)"
+	@echo "make docs                                           the documentation site into site/ (warnings are errors)"
 	@echo "make bench                                          head, data and verification benchmarks"
 	@echo "make bench SIZE=tiny                                the same in seconds (a smoke test)"
 	@echo "make sweep-demo                                     the paper's Table I grid on synthetic faces, ranked (~20 min, 2 CPU cores)"
@@ -65,6 +66,18 @@ lint: $(STAMP)
 format: $(STAMP)
 	cd $(ROOT) && $(PY) -m ruff format --diff src tests benchmarks train.py eval.py || true
 
+# the documentation site (mkdocs.yml): the `docs` extra is installed on first use, warnings are errors
+DOCS_STAMP := $(VENV)/.installed-docs
+$(DOCS_STAMP): $(STAMP)
+	$(PY) -m pip install --quiet --disable-pip-version-check -c $(ROOT)constraints.txt -e "$(ROOT)[test,docs]"
+	@touch $(DOCS_STAMP)
+
+docs: $(DOCS_STAMP)
+	cd $(ROOT) && NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict --quiet
+
+docs-serve: $(DOCS_STAMP)
+	cd $(ROOT) && NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs serve
+
 bench: $(STAMP)
 	$(PY) $(ROOT)benchmarks/bench_heads.py $(BENCH_HEADS)
 	$(PY) $(ROOT)benchmarks/bench_data.py $(BENCH_DATA)
@@ -81,4 +94,4 @@ report: $(STAMP)
 	$(PY) -m elasticface.report $(DIR)
 
 clean:
-	rm -rf logs outputs .pytest_cache
+	rm -rf logs outputs .pytest_cache site
