@@ -1,11 +1,12 @@
-"""Every command of the README and of `make help` runs as a user types it, from a fresh working directory.
+"""Every command of the README, of the documentation site and of `make help` runs as a user types it, from a
+fresh working directory.
 
-The commands are read from the README's ```bash blocks and from `make help`, never copied here, so a
-command added to the README is tested without touching this file; one this file does not know how to
-run fails `test_every_readme_command_is_classified`. What a test may add is only what the README
-leaves to the user: `debug=tiny` (a long run made tiny), `--cfg job` for commands that need a GPU, a
-cluster or data we cannot have (composition is still checked), the user's files where the README
-names placeholders (`/data/...`, `faces/`, `pairs.txt`, `last.ckpt`, `ckpt_path=...`), and the
+The commands are read from the ```bash blocks of README.md and of every page under docs/, and from
+`make help`, never copied here, so a command added to the README or a docs page is tested without touching
+this file; one this file does not know how to run fails `test_every_readme_command_is_classified`. What a
+test may add is only what the page leaves to the user: `debug=tiny` (a long run made tiny), `--cfg job` for
+commands that need a GPU, a cluster or data we cannot have (composition is still checked), the user's files
+where the page names placeholders (`/data/...`, `faces/`, `pairs.txt`, `last.ckpt`, `ckpt_path=...`), and the
 venv's `python`. No `hydra.run.dir`/`hydra.sweep.dir`: outputs go where a user's would, under the
 working directory.
 """
@@ -24,6 +25,8 @@ import pytest
 from conftest import ROOT
 
 README = ROOT / "README.md"
+#: the documentation site's pages (mkdocs.yml): their commands are tested like the README's
+DOCS = ROOT / "docs"
 
 #: commands that set up the environment the tests already run in, or that are the test suite itself
 SKIP = {
@@ -34,6 +37,7 @@ SKIP = {
     "make test-all": "the test suite itself",
     "make test-slow": "the test suite itself",
     "make install": "ran before the tests",
+    "make docs": "installs the docs extra and builds the site; CI runs it after the tests (.ci/run)",
 }
 #: overrides that mean a command needs a GPU, a cluster or data that cannot exist here: composed with --cfg job
 #: (`backbone=iresnet100`: a Hydra job on it takes half an hour of this CPU; its released file still loads
@@ -92,8 +96,13 @@ def jobs(command: str) -> int:
     return n
 
 
-def readme_commands() -> list[str]:
-    text = README.read_text()
+def documented_pages() -> list[Path]:
+    """README.md and every Markdown page of the documentation site."""
+    return [README, *sorted(DOCS.rglob("*.md"))]
+
+
+def bash_commands(text: str) -> list[str]:
+    """The commands of a page's ```bash blocks, one per line (continuation lines joined, comments dropped)."""
     commands = []
     for block in re.findall(r"```bash\n(.*?)```", text, re.S):
         for line in block.replace("\\\n", " ").splitlines():
@@ -101,6 +110,10 @@ def readme_commands() -> list[str]:
             if tokens:
                 commands.append(shlex.join(tokens))
     return commands
+
+
+def readme_commands() -> list[str]:
+    return [command for page in documented_pages() for command in bash_commands(page.read_text())]
 
 
 def make_help_commands() -> list[str]:
@@ -194,6 +207,17 @@ def test_every_readme_command_is_classified(tmp_path):
     assert len(ALL) >= 10
     for command in ALL:
         plan(command, tmp_path, tmp_path / "last.ckpt")
+
+
+def test_docs_pages_commands_are_collected():
+    """The docs pages' commands are among those run here, not only the README's."""
+    docs_only = {c for page in sorted(DOCS.rglob("*.md")) for c in bash_commands(page.read_text())}
+    docs_only -= set(bash_commands(README.read_text()))
+    assert len(docs_only) >= 10, sorted(docs_only)
+    assert docs_only <= set(ALL)
+    text = ("# a page\n\n```bash\npython train.py \\\n    head=arcface   # a comment\n```\n\n"
+            "```text\nnot a command\n```\n")
+    assert bash_commands(text) == ["python train.py head=arcface"]
 
 
 def test_job_counts_of_readme_sweeps():
