@@ -16,7 +16,7 @@ with that. Its step time then has no all-reduce in it, so the time ratio flatter
 
 Memory is the class layer's: the peak over ``--steps`` steps (forward, backward, optimizer step, so
 momentum exists) minus the memory before the layer was built; the one-time construction of the full
-matrix before sharding (host memory, see the README) is left out by resetting the peak after `shard`.
+matrix before sharding (host memory, see docs/class_layer.md) is left out by resetting the peak after `shard`.
 On CPU it is the resident set (VmHWM after /proc/self/clear_refs), on CUDA max_memory_allocated (see
 bench_heads.py). ``goal`` is the full layer's memory / W plus the gathered batch (embeddings, their
 gradient and the [W·B, C/W] logits with what autograd keeps of them: 4 fp32 copies). Time: the

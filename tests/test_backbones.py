@@ -130,7 +130,7 @@ def test_generic_timm_model_gets_the_neck():
     ],
 )
 def test_embedding_shift_false_holds_the_embedding_bn_centred(name, shift):
-    # the toy example's 2-D embedding: a learned shift would move the cloud off the origin (README, The toy example)
+    # the toy example's 2-D embedding: a learned shift would move the cloud off the origin (docs/toy_example.md)
     torch.manual_seed(0)
     model = B.build_backbone(name, embedding_size=2, embedding_shift=False)
     frozen = [k for k, p in model.named_parameters() if not p.requires_grad]

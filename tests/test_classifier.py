@@ -225,7 +225,7 @@ def test_unknown_path_is_refused():
         Classifier(FullFC(D, C), _build("arcface"), path="sparse")
 
 
-# the heads whose chunked step measured at most 1.05x the dense step (README, "The class layer"): non-target
+# the heads whose chunked step measured at most 1.05x the dense step (docs/class_layer.md): non-target
 # logits s * cos. The others run autograd per chunk (or a second pass: dynamic AdaCos) and stay dense under auto.
 AUTO_CHUNKED = {"adacos_fixed", "adaface", "arcface", "combined", "cosface", "elastic_arc", "elastic_arc_plus",
                 "elastic_cos", "elastic_cos_plus", "magface", "normface", "softmax", "sphereface",

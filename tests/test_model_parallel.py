@@ -364,6 +364,6 @@ def test_bench_centers_prints_ratios_against_full_centres_in_the_same_run():
         for world, (full, sharded, memory_ratio, goal_ratio, full_s, sharded_s, time_ratio) in rows.items():
             assert memory_ratio == pytest.approx(sharded / full, rel=0.02)  # the table rounds MiB
             assert time_ratio == pytest.approx(sharded_s / full_s, rel=0.02)
-            # at this size fixed costs (gloo, allocator) blur the goal; README has the C = 1M figures against it
+            # at this size fixed costs (gloo, allocator) blur the goal; docs/class_layer.md has the C = 1M figures
             assert goal_ratio < 1.5 / world and memory_ratio < 1.5 / world, (world, rows)
     assert once[2][0] == once[4][0] and once[4][1] < once[2][1]  # one baseline; the shard shrinks with world

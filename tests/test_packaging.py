@@ -26,8 +26,9 @@ ROOT = Path(__file__).resolve().parents[1]
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
 PROJECT = PYPROJECT["project"]
 SCRIPTS = PROJECT["scripts"]
-# The extras `make install` and environment.yaml install (dali needs CUDA and is not pinned).
-PINNED_EXTRAS = ("test", "export", "cluster")
+# The extras pinned in constraints.txt: what `make install` and environment.yaml install, and `make docs`
+# (dali needs CUDA and is not pinned).
+PINNED_EXTRAS = ("test", "export", "cluster", "docs")
 
 
 def _config_files() -> list[str]:

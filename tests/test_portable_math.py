@@ -61,8 +61,8 @@ def test_superellipse_and_blur_match_their_definitions():
     assert np.allclose(_blur(flat, 1.5), 0.25, atol=1e-6)  # edges extended: a flat image stays flat
 
 
-# What decides a synthetic pixel must have one answer on every machine (README "Same faces on every
-# machine"): a static check that catches a forbidden call even on a machine whose kernels happen to agree.
+# What decides a synthetic pixel must have one answer on every machine (docs/portability.md): a static
+# check that catches a forbidden call even on a machine whose kernels happen to agree.
 _FORBIDDEN = {
     "np": {
         "exp",

@@ -86,7 +86,7 @@ def set_up_for_fit_on_cpu(module):
 
 
 def test_compile_defaults_to_cpu_runs_and_short_runs_stay_eager(tiny_cfg):
-    """`model.compile: cpu` compiles where training runs on a CPU (measured there: README, Measured), not on
+    """`model.compile: cpu` compiles where training runs on a CPU (measured there: docs/speed.md), not on
     a GPU (`trainer=gpu` keeps it eager until measured); debug=tiny and other few-step runs stay eager."""
     assert compose_train([]).model.compile == "cpu"
     assert compose_train(["trainer=gpu"]).model.compile == "cpu"

@@ -237,7 +237,7 @@ def test_toy_2d_refuses_what_it_cannot_measure_before_training(tiny_cfg, tmp_pat
     assert not (tmp_path / "toy_2d.json").exists() and not list(tmp_path.glob("checkpoints/*.ckpt"))
 
 
-#: the paper's toy example on a GPU, as the config and the README document it
+#: the paper's toy example on a GPU, as the config and docs/toy_example.md document it
 PAPER_GPU = [
     "experiment=toy_2d",
     "head=arcface",

@@ -21,7 +21,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import Tensor
 
-#: classes per chunk, chosen by measurement (benchmarks/bench_classifier.py, README "Class layer memory")
+#: classes per chunk, chosen by measurement (benchmarks/bench_classifier.py, docs/class_layer.md)
 DEFAULT_CHUNK_SIZE = 8192
 
 

@@ -80,7 +80,7 @@ class Classifier(nn.Module):
     def chunked(self) -> bool:
         """`auto`: chunked where the [B, C] logits would be larger than one chunk and the head's chunked step is
         as fast as its dense one (`head.chunked_by_default`). Up to one chunk the dense path holds no more than
-        a chunk does and skips the backward's recomputation of the cosines (README "The class layer")."""
+        a chunk does and skips the backward's recomputation of the cosines (docs/class_layer.md)."""
         if self.path != "auto":
             return self.path == "chunked"
         return getattr(self.head, "chunked_by_default", False) and self.centers.num_classes > (

@@ -132,7 +132,7 @@ class MarginHead(nn.Module):
     #: whether ``model.classifier.path=auto`` takes the chunked form once the classes fill more than one chunk:
     #: True where the chunked step met the time goal (<= 1.05x the dense step), i.e. the fast path (non-target
     #: logits ``s * cos``); heads whose chunked form runs autograd per chunk or a second pass are dense by
-    #: default and chunked on request (``path=chunked``, for the memory). Measured: README, "The class layer".
+    #: default and chunked on request (``path=chunked``, for the memory). Measured: docs/class_layer.md.
     chunked_by_default: bool = True
 
     def plan(self, cos_y: Tensor, valid: Tensor, norms: Tensor | None = None, *, num_columns: int,

@@ -5,7 +5,7 @@ pixels of its bounding box in the face's canonical coordinates (the image pixel 
 inverse pose transform), then alpha-blended onto a channel-first float canvas. :func:`render_face_chw`
 calls one function per part, back to front, then applies lighting, blur and noise.
 
-The same bytes on every machine (README "Same faces on every machine"): nothing here may depend on
+The same bytes on every machine (docs/portability.md): nothing here may depend on
 which SIMD kernels numpy, torch or Pillow pick, nor on the platform's libm. So in this package
 (render.py, params.py) only exactly specified operations decide a pixel: ``+ - * /`` and ``sqrt``
 (numpy ufuncs or Python floats, one operation at a time), comparisons, ``abs``/``minimum``/``maximum``/
