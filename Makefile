@@ -35,10 +35,12 @@ help:
 	@echo "make sweep-demo                                     the paper's Table I grid on synthetic faces, ranked (~20 min, 2 CPU cores)"
 	@echo "make report DIR=logs/sweep_demo/multiruns/<time>    the Borda-ranked table (.md, .csv, .png) of a sweep"
 
-# constraints.txt pins the versions tested together; pyproject.toml only states ranges
+# constraints.txt pins the versions tested together; pyproject.toml only states ranges. facenet-pytorch is
+# installed without its dependencies (it pins torch<2.3): elasticface-align reads only its MTCNN weight files.
 $(STAMP): $(ROOT)pyproject.toml $(ROOT)constraints.txt
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --disable-pip-version-check -c $(ROOT)constraints.txt -e "$(ROOT)[test]"
+	$(PY) -m pip install --quiet --disable-pip-version-check --no-deps facenet-pytorch==2.6.0
 	@touch $(STAMP)
 
 install: $(STAMP)
