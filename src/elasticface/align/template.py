@@ -73,16 +73,20 @@ def warp_affine(image: Image.Image, matrix: np.ndarray, size: int | tuple[int, i
     a = np.asarray(matrix, dtype=np.float64)[:2, :2]
     t = np.asarray(matrix, dtype=np.float64)[:2, 2]
     a_inv = np.linalg.inv(a)
-    # Only the part of the photo the crop sees is warped: its source box, 2 px wider, clipped to 2 px of zero
-    # border around the photo (PIL's crop fills outside with 0; beyond it OpenCV's answer is 0 too).
+    # The source box the crop samples, 2 px wider. Inside the photo, PIL and OpenCV agree as they are. Reaching
+    # past an edge, PIL would not blend edge pixels with the 0 outside as OpenCV does: then warp a copy of that
+    # box with 2 px of zero border around the photo (PIL's crop fills outside with 0; beyond, OpenCV gives 0).
     corners = np.array([[-1, -1], [width, -1], [-1, height], [width, height]], dtype=np.float64)
     seen = (corners - t) @ a_inv.T
-    lo = np.maximum(np.floor(seen.min(0)) - 2, -2).astype(int)
-    hi = np.minimum(np.ceil(seen.max(0)) + 3, np.array(image.size) + 2).astype(int)
-    if (hi <= lo).any():
-        return Image.new(image.mode, (width, height), 0)
-    part = image.crop((int(lo[0]), int(lo[1]), int(hi[0]), int(hi[1])))
-    t = t + a @ lo  # the same map, from the part's coordinates
+    lo = np.floor(seen.min(0)).astype(int) - 2
+    hi = np.ceil(seen.max(0)).astype(int) + 3
+    part = image
+    if (lo < 0).any() or (hi > np.array(image.size)).any():
+        lo, hi = np.maximum(lo, -2), np.minimum(hi, np.array(image.size) + 2)
+        if (hi <= lo).any():
+            return Image.new(image.mode, (width, height), 0)
+        part = image.crop((int(lo[0]), int(lo[1]), int(hi[0]), int(hi[1])))
+        t = t + a @ lo  # the same map, from the copy's coordinates
     # PIL evaluates the inverse map at pixel centres (x + 0.5) and its bilinear filter subtracts 0.5 again
     offset = -a_inv @ (t + 0.5) + 0.5
     data = (a_inv[0, 0], a_inv[0, 1], offset[0], a_inv[1, 0], a_inv[1, 1], offset[1])
