@@ -97,7 +97,7 @@ def test_rerun_resumes(detected, capsys):
     assert main([str(src), str(out), "--min-face-size", "40", "--device", "cpu", "--no-progress"]) == 0
     printed = capsys.readouterr().out
     # astro and turned are done, empty.jpg was reported without a face; grey is redone, the bad files retried
-    assert "1 faces written from 1 photos, 3 done by an earlier run" in printed
+    assert "1 face written from 1 photo, 3 done by an earlier run" in printed
     assert (out / "people" / "grey.png").is_file()
     assert sorted(r["source"] for r in rows(out / "faces.csv")) == [
         "people/astro.png", "people/grey.png", "people/sub/turned.jpg"]
@@ -185,3 +185,23 @@ def test_pixel_limit_refuses_before_decoding(tmp_path, capsys):
                  "--max-pixels", "100000", "--no-progress"]) == 0
     (row,) = rows(tmp_path / "out" / "align_report.csv")
     assert row["problem"] == "unreadable" and "big.png" in row["detail"] and "120,000 pixels" in row["detail"]
+
+
+def test_console_script_as_typed(tmp_path):
+    """The installed `elasticface-align` command, with a landmark file (no detector needed)."""
+    import shutil
+    import subprocess
+    import sys
+
+    exe = shutil.which("elasticface-align", path=os.path.dirname(sys.executable))
+    if exe is None:
+        pytest.skip("the package's console scripts are not installed in this environment")
+    src = tmp_path / "photos"
+    src.mkdir()
+    Image.fromarray(skdata.astronaut()).save(src / "a.jpg", quality=95)
+    _insightface_txt(tmp_path / "pts.txt", [("a.jpg", POINTS)])
+    proc = subprocess.run([exe, str(src), str(tmp_path / "faces"), "--landmarks", str(tmp_path / "pts.txt")],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "1 photo: 1 face written from 1 photo" in proc.stdout
+    assert Image.open(tmp_path / "faces" / "a.jpg").size == (112, 112)

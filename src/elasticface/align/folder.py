@@ -202,7 +202,11 @@ def align_folder(
 
 def describe(summary: AlignSummary, out: str) -> str:
     """The one-paragraph account the command prints."""
-    lines = [f"{summary.photos} photos: {summary.faces} faces written from {summary.aligned_photos} photos"
+    def n(count: int, noun: str) -> str:
+        return f"{count} {noun}{'' if count == 1 else 's'}"
+
+    written = f"{n(summary.faces, 'face')} written from {n(summary.aligned_photos, 'photo')}"
+    lines = [f"{n(summary.photos, 'photo')}: {written}"
              + (f", {summary.done_before} done by an earlier run (skipped)" if summary.done_before else "")]
     counts = {k: summary.count(k) for k in ("no_face", "no_landmarks", "unreadable", "several_faces")}
     if any(counts.values()):
