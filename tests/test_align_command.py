@@ -44,7 +44,7 @@ def detected(tmp_path_factory):
     """One detection run over a small folder of good and bad photos (the slow part, shared)."""
     src = tmp_path_factory.mktemp("photos")
     out = src.parent / (src.name + "_out")
-    photo = Image.fromarray(skdata.astronaut())
+    photo = Image.fromarray(skdata.astronaut()).resize((320, 320), Image.BILINEAR)  # face ~55 px: a quick pyramid
     (src / "people" / "sub").mkdir(parents=True)
     photo.save(src / "people" / "astro.png")
     exif = Image.Exif()
@@ -205,3 +205,13 @@ def test_console_script_as_typed(tmp_path):
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "1 photo: 1 face written from 1 photo" in proc.stdout
     assert Image.open(tmp_path / "faces" / "a.jpg").size == (112, 112)
+
+
+def test_missing_detector_weights_name_the_install_line(tmp_path, capsys):
+    src = tmp_path / "photos"
+    src.mkdir()
+    Image.new("RGB", (64, 48)).save(src / "a.png")
+    (tmp_path / "empty").mkdir()
+    assert main([str(src), str(tmp_path / "out"), "--weights-dir", str(tmp_path / "empty"), "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert "pnet.pt not found" in err and "pip install --no-deps facenet-pytorch==2.6.0" in err

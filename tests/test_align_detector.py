@@ -81,3 +81,17 @@ def test_missing_or_wrong_weights_name_the_fix(tmp_path):
         (tmp_path / filename).write_bytes(b"not the weights")
     with pytest.raises(ValueError, match="pnet.pt.*SHA-256"):
         mtcnn.load_mtcnn(str(tmp_path))
+
+
+@pytest.mark.gpu
+def test_gpu_batch_matches_cpu(detector):
+    import torch
+
+    if not torch.cuda.is_available():
+        pytest.skip("no GPU")
+    photos = list(variants().values())
+    on_gpu = MTCNNDetector(device="cuda", min_face_size=MIN_FACE).detect(photos)
+    for cpu_faces, gpu_faces in zip(detector.detect(photos), on_gpu):
+        assert len(cpu_faces) == len(gpu_faces)
+        for a, b in zip(cpu_faces, gpu_faces):
+            np.testing.assert_allclose(a.landmarks, b.landmarks, atol=1.0)
