@@ -27,8 +27,8 @@ _CHUNK = 512  # crops per refine/output forward: bounds the memory of photos wit
 @dataclass
 class Face:
     """One detection: box (x1, y1, x2, y2) in photo pixels, the output net's probability, 5 landmarks [5, 2]
-    (left eye, right eye, nose tip, left and right mouth corner, as the person's left is the viewer's left
-    in insightface's template order: the eye nearer x = 0 first)."""
+    in insightface's template order as seen in the image: left eye, right eye, nose tip, left and right mouth
+    corner."""
 
     box: np.ndarray
     score: float

@@ -162,10 +162,12 @@ def align_folder(
             if given is not None:
                 found: Iterable[list[Face] | None] = [
                     [Face(np.full(4, np.nan), float("nan"), given[s])] if s in given else None for s, _ in loaded]
-            else:
-                if not isinstance(detector, MTCNNDetector):
+            elif loaded:
+                if not isinstance(detector, MTCNNDetector):  # built on the first photo that needs it
                     detector = detector() if callable(detector) else MTCNNDetector()
-                found = detector.detect([photo for _, photo in loaded]) if loaded else []
+                found = detector.detect([photo for _, photo in loaded])
+            else:
+                found = []
             for (source, photo), faces in zip(loaded, found):
                 if faces is None:
                     problem(source, "no_landmarks", f"no landmarks for it in {landmarks_file}")

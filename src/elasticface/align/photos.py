@@ -24,8 +24,8 @@ def read_photo(path: str, max_pixels: int = DEFAULT_MAX_PIXELS) -> np.ndarray:
             if width * height > max_pixels:
                 raise BadPhotoError(f"{path}: {width}x{height} = {width * height:,} pixels is over the limit of "
                                     f"{max_pixels:,} (raise it with --max-pixels if the photo is trusted)")
-            with warnings.catch_warnings():
-                warnings.simplefilter("error", Image.DecompressionBombWarning)
+            with warnings.catch_warnings():  # the limit is ours (checked above), not PIL's default warning
+                warnings.simplefilter("ignore", Image.DecompressionBombWarning)
                 im.load()  # the full decode: a truncated file fails here, naming itself below
             upright = ImageOps.exif_transpose(im)
             return np.asarray(upright.convert("RGB"))
