@@ -12,15 +12,8 @@ import torch
 from PIL import Image
 from torch import nn
 
-from elasticface.eval.ijb import (
-    DEFAULT_FARS,
-    align_face,
-    arcface_template,
-    evaluate_ijb,
-    load_ijb_meta,
-    umeyama,
-    warp_affine,
-)
+from elasticface.align.template import align_face, arcface_template, umeyama, warp_affine
+from elasticface.eval.ijb import DEFAULT_FARS, evaluate_ijb, load_ijb_meta
 from elasticface.metrics.roc import roc_curve, tar_at_far, tar_at_fars
 from helpers.ijb_files import apply_similarity as _apply, make_ijb as _make_ijb, similarity as _similarity
 

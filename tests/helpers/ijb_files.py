@@ -8,7 +8,7 @@ import os
 import numpy as np
 from PIL import Image
 
-from elasticface.eval.ijb import arcface_template
+from elasticface.align.template import arcface_template
 
 
 def similarity(scale, angle, tx, ty):

@@ -5,6 +5,10 @@ Writes a `.npy` (float32 [N, D]) and beside it a `.txt` index of the relative im
     elasticface-embed --weights last.ckpt --images faces/ --out emb.npy
     elasticface-embed --weights 295672backbone.pth --backbone iresnet100 --images faces/ --out emb.npy
     elasticface-embed weights=last.ckpt images=faces/ out=emb.npy   # key=value, as in the Hydra jobs
+    elasticface-embed --weights last.ckpt --images photos/ --out emb.npy --align   # raw photos: aligned first
+
+``--align`` runs `elasticface-align` on the photos first (faces go to ``--aligned-dir``, by default the output's
+name with ``_faces``; rerunning resumes) and embeds those faces; photos without a face are reported, not embedded.
 
 ``--weights`` takes any model file, its type detected (``--ckpt`` and ``--model`` are the same option).
 The same command as `python -m elasticface.cli.embed` (and the older `python -m elasticface.eval.embed`).
@@ -33,14 +37,27 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="L2-normalise the rows")
     parser.add_argument("--resize", action=argparse.BooleanOptionalAction, default=False,
                         help="resize images that are not 112x112")
+    parser.add_argument("--align", action="store_true", help="the images are raw photos: detect and align them first")
+    parser.add_argument("--aligned-dir", help="where --align writes the faces (default: <out>_faces)")
     args = parser.parse_args(key_value_args(sys.argv[1:] if argv is None else argv,
-                                            flags=("flip", "normalize", "resize")))
+                                            flags=("flip", "normalize", "resize", "align")))
     if args.weights is None:
         parser.error("give the model file: --weights <.ckpt | backbone .pth/.pt | TorchScript | .onnx>")
     from elasticface.eval.embed import embed_folder, load_model_file  # here, so that --help answers without torch
 
+    images = args.images
+    if args.align:
+        import os
+
+        from elasticface.align.detector import MTCNNDetector
+        from elasticface.align.folder import align_folder, describe
+        from elasticface.eval.embedding_loop import resolve_device
+
+        images = args.aligned_dir or os.path.splitext(args.out)[0] + "_faces"
+        summary = align_folder(args.images, images, lambda: MTCNNDetector(resolve_device(args.device)))
+        print(describe(summary, images))
     model = load_model_file(args.weights, args.device, args.backbone, args.embedding_size)
-    out, index = embed_folder(model, args.images, args.out, args.batch_size, args.flip, args.normalize,
+    out, index = embed_folder(model, images, args.out, args.batch_size, args.flip, args.normalize,
                               args.device, args.num_workers, args.resize)
     print(f"wrote {out} and {index}")
     return 0

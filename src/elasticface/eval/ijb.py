@@ -15,8 +15,7 @@ summed per template, then L2-normalised; a template pair's score is the cosine s
 1e-6 ... 1e-1 is read from the ROC exactly as insightface's `eval_ijbc.py` reads it
 (`elasticface.metrics.roc`), so the numbers are comparable with published IJB-B/C tables.
 
-OpenCV is not a dependency: the warp uses PIL's affine transform with the inverse matrix, with the
-pixel-centre convention of `cv2.warpAffine` (integer coordinates at pixel centres).
+The alignment is `elasticface.align.template.norm_crop`, insightface's rule, shared with `elasticface-align`.
 """
 
 from __future__ import annotations
@@ -31,72 +30,12 @@ import torch
 from torch import Tensor
 from torch.utils.data import Dataset
 
+from elasticface.align.template import align_face
 from elasticface.metrics.roc import roc_curve, tar_at_fars
 
 log = logging.getLogger(__name__)
 
-# ArcFace's 5-point template (left eye, right eye, nose tip, left and right mouth corners) for 96x112.
-ARCFACE_TEMPLATE_96X112 = np.array(
-    [[30.2946, 51.6963], [65.5318, 51.5014], [48.0252, 71.7366], [33.5493, 92.3655], [62.7299, 92.2041]],
-    dtype=np.float64,
-)
 DEFAULT_FARS = (1e-6, 1e-5, 1e-4, 1e-3, 1e-2, 1e-1)
-
-
-def arcface_template(image_size: int = 112) -> np.ndarray:
-    """The 5 target points for a square `image_size` crop: x + 8 for 112, scaled for other sizes."""
-    return (ARCFACE_TEMPLATE_96X112 + np.array([8.0, 0.0])) * (image_size / 112.0)
-
-
-def umeyama(src: np.ndarray, dst: np.ndarray, estimate_scale: bool = True) -> np.ndarray:
-    """Least-squares similarity transform (3x3, homogeneous) mapping points `src` [N, d] onto `dst` [N, d]
-    (Umeyama 1991: rotation from the SVD of the cross-covariance, reflection excluded)."""
-    src = np.asarray(src, dtype=np.float64)
-    dst = np.asarray(dst, dtype=np.float64)
-    if src.shape != dst.shape or src.ndim != 2:
-        raise ValueError(f"umeyama: src {src.shape} and dst {dst.shape} must both be [N, d]")
-    n, d = src.shape
-    mu_src, mu_dst = src.mean(0), dst.mean(0)
-    src_c, dst_c = src - mu_src, dst - mu_dst
-    cov = dst_c.T @ src_c / n
-    u, s, vt = np.linalg.svd(cov)
-    sign = np.ones(d)
-    if np.linalg.det(cov) < 0:
-        sign[-1] = -1.0
-    rank = np.linalg.matrix_rank(cov)
-    if rank == 0:
-        raise ValueError("umeyama: degenerate points (all identical)")
-    if rank == d - 1 and np.linalg.det(u) * np.linalg.det(vt) < 0:
-        # rank-deficient: the sign of the last singular direction is free, choose a proper rotation
-        rot = u @ np.diag(np.r_[np.ones(d - 1), -1.0]) @ vt
-    else:
-        rot = u @ np.diag(sign) @ vt
-    scale = float(s @ sign / src_c.var(0).sum()) if estimate_scale else 1.0
-    out = np.eye(d + 1)
-    out[:d, :d] = scale * rot
-    out[:d, d] = mu_dst - scale * rot @ mu_src
-    return out
-
-
-def warp_affine(image: Any, matrix: np.ndarray, size: int | tuple[int, int] = 112) -> Any:
-    """`cv2.warpAffine(image, matrix, size)` with PIL: `matrix` [2, 3] maps source pixel coordinates to
-    output pixel coordinates (pixel centres at integers); bilinear, zero border. Returns a PIL image."""
-    from PIL import Image
-
-    width, height = (size, size) if isinstance(size, int) else size
-    a = np.asarray(matrix, dtype=np.float64)[:2, :2]
-    t = np.asarray(matrix, dtype=np.float64)[:2, 2]
-    a_inv = np.linalg.inv(a)
-    # PIL evaluates the inverse map at pixel centres (x + 0.5) and its bilinear filter subtracts 0.5 again
-    offset = -a_inv @ (t + 0.5) + 0.5
-    data = (a_inv[0, 0], a_inv[0, 1], offset[0], a_inv[1, 0], a_inv[1, 1], offset[1])
-    return image.transform((width, height), Image.AFFINE, data=data, resample=Image.BILINEAR, fillcolor=0)
-
-
-def align_face(image: Any, landmarks: np.ndarray, image_size: int = 112) -> Any:
-    """Crop of a PIL image aligned so that its 5 landmarks [5, 2] land on the ArcFace template."""
-    matrix = umeyama(np.asarray(landmarks, dtype=np.float64).reshape(5, 2), arcface_template(image_size))
-    return warp_affine(image, matrix[:2], image_size)
 
 
 # -- metadata ---------------------------------------------------------------------------------------------

@@ -160,6 +160,11 @@ def run(cfg: DictConfig, output_dir: str | None = None) -> list[dict[str, Any]]:
     json_path, csv_path = write_results(rows, output_dir, meta)
     print(format_table(rows))
     print(f"results: {json_path} {csv_path}")
+    from elasticface.eval.thresholds import store_thresholds
+
+    stored = store_thresholds(model_file, [r for r in rows if r["benchmark"] in sets], bool(cfg.flip))
+    if stored:
+        print(f"thresholds for elasticface-compare: {stored}")
     if cfg.get("plots", True):
         _save_plots(curves, output_dir)
     return rows

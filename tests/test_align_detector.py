@@ -1,0 +1,97 @@
+"""MTCNN here against facenet-pytorch's own MTCNN code run on the same weights: the same faces, landmarks within
+1 px, on scikit-image's astronaut photo and rotated, scaled, flipped and grey versions of it (one batch here,
+photo by photo there)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from elasticface.align import mtcnn
+from elasticface.align.detector import MTCNNDetector
+
+pytest.importorskip("facenet_pytorch", reason="make install puts facenet-pytorch 2.6.0 (no deps) in the venv")
+skdata = pytest.importorskip("skimage.data")
+
+MIN_FACE = 40  # a shorter pyramid than the default 20 px keeps the test fast; the face is ~90 px
+
+
+def variants() -> dict[str, np.ndarray]:
+    photo = Image.fromarray(skdata.astronaut())
+    return {
+        "original": np.asarray(photo),
+        "rotated": np.asarray(photo.rotate(20, resample=Image.BILINEAR, expand=True)),
+        "scaled_down": np.asarray(photo.resize((300, 300), Image.BILINEAR)),
+        "scaled_up": np.asarray(photo.resize((600, 560), Image.BILINEAR)),
+        "flipped": np.asarray(photo.transpose(Image.FLIP_LEFT_RIGHT)),
+        "grey": np.asarray(photo.convert("L")),
+    }
+
+
+def reference(photo: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    from facenet_pytorch import MTCNN
+
+    rgb = np.repeat(photo[:, :, None], 3, 2) if photo.ndim == 2 else photo
+    boxes, probs, points = MTCNN(keep_all=True, min_face_size=MIN_FACE, select_largest=False,
+                                 device="cpu").detect(rgb, landmarks=True)
+    if boxes is None:
+        return np.zeros((0, 4)), np.zeros((0, 5, 2))
+    # facenet-pytorch under numpy 2 hands back object arrays
+    return np.array(boxes.tolist(), dtype=np.float64), np.array(points.tolist(), dtype=np.float64)
+
+
+@pytest.fixture(scope="module")
+def detector() -> MTCNNDetector:
+    return MTCNNDetector(min_face_size=MIN_FACE)
+
+
+def test_batch_matches_reference_within_one_pixel(detector):
+    photos = variants()
+    found = detector.detect(list(photos.values()))
+    for (name, photo), faces in zip(photos.items(), found):
+        ref_boxes, ref_points = reference(photo)
+        assert len(faces) == len(ref_boxes) >= 1, name
+        ours = np.stack([f.landmarks for f in faces])
+        np.testing.assert_allclose(ours, ref_points, atol=1.0, err_msg=name)
+        np.testing.assert_allclose(np.stack([f.box for f in faces]), ref_boxes, atol=1.0, err_msg=name)
+        assert all(0.0 < f.score <= 1.0 for f in faces)
+
+
+@pytest.mark.slow
+def test_default_settings_match_reference_on_the_original():
+    from facenet_pytorch import MTCNN
+
+    photo = skdata.astronaut()
+    faces = MTCNNDetector().detect([photo])[0]
+    _, _, points = MTCNN(keep_all=True, device="cpu").detect(photo, landmarks=True)
+    assert len(faces) == len(points) == 1
+    np.testing.assert_allclose(faces[0].landmarks, np.array(points.tolist(), dtype=np.float64)[0], atol=1.0)
+
+
+def test_no_face_gives_an_empty_list(detector):
+    flat = np.full((200, 160, 3), 128, np.uint8)
+    assert detector.detect([flat]) == [[]]
+
+
+def test_missing_or_wrong_weights_name_the_fix(tmp_path):
+    with pytest.raises(FileNotFoundError, match="pip install --no-deps facenet-pytorch==2.6.0"):
+        mtcnn.load_mtcnn(str(tmp_path))
+    for name, (filename, _) in mtcnn.WEIGHT_FILES.items():
+        (tmp_path / filename).write_bytes(b"not the weights")
+    with pytest.raises(ValueError, match="pnet.pt.*SHA-256"):
+        mtcnn.load_mtcnn(str(tmp_path))
+
+
+@pytest.mark.gpu
+def test_gpu_batch_matches_cpu(detector):
+    import torch
+
+    if not torch.cuda.is_available():
+        pytest.skip("no GPU")
+    photos = list(variants().values())
+    on_gpu = MTCNNDetector(device="cuda", min_face_size=MIN_FACE).detect(photos)
+    for cpu_faces, gpu_faces in zip(detector.detect(photos), on_gpu):
+        assert len(cpu_faces) == len(gpu_faces)
+        for a, b in zip(cpu_faces, gpu_faces):
+            np.testing.assert_allclose(a.landmarks, b.landmarks, atol=1.0)
