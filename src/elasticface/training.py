@@ -29,6 +29,7 @@ from elasticface.run_summary import format_summary, make_summary
 from elasticface.utils.config import flatten, group_choices, validate_top_level
 from elasticface.utils.console import print_config_tree, quiet_lightning_tips
 from elasticface.utils.instantiators import instantiate_callbacks, instantiate_loggers
+from elasticface.utils.requirements import check_cuda_request
 from elasticface.utils.speed import check_cpu_precision, check_world_size
 
 log = logging.getLogger(__name__)
@@ -73,6 +74,7 @@ def build_trainer(cfg: DictConfig) -> tuple[pl.Trainer, Throughput]:
     callbacks += required_callbacks(cfg, callbacks)
     throughput = next(c for c in callbacks if isinstance(c, Throughput))
     check_world_size(cfg.trainer.get("num_nodes", 1), cfg.trainer.get("devices"))
+    check_cuda_request("trainer.accelerator", cfg.trainer.get("accelerator"))
     trainer = instantiate(cfg.trainer, callbacks=callbacks, logger=loggers or False, plugins=[AtomicCheckpointIO()])
     check_cpu_precision(trainer.precision, isinstance(trainer.accelerator, CPUAccelerator))
     return trainer, throughput
