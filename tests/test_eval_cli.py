@@ -173,3 +173,20 @@ def test_eval_and_export_from_checkpoint(eval_data, tmp_path):
     with torch.no_grad():
         want = module.eval().embed(x).numpy()
     np.testing.assert_allclose(got, want, atol=1e-3)
+
+
+def test_eval_help_lists_only_the_groups_eval_reads():
+    """`elasticface-eval --help` as a user types it: the groups are eval.yaml's defaults, not training's."""
+    import yaml
+
+    defaults = yaml.safe_load((ROOT / "configs" / "eval.yaml").read_text())["defaults"]
+    eval_groups = {next(iter(d)).split(" ")[-1] for d in defaults if isinstance(d, dict)} - {"hydra"}
+    all_groups = {p.name for p in (ROOT / "configs").iterdir() if p.is_dir()}
+    out = subprocess.run([sys.executable, "eval.py", "--help"], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    groups_section = out.stdout.split("== Configuration groups ==")[1].split("== Config ==")[0]
+    listed = {line.split(":")[0] for line in groups_section.splitlines()[1:] if ":" in line}
+    assert listed == eval_groups, f"--help lists {sorted(listed)}, eval reads {sorted(eval_groups)}"
+    assert all_groups - eval_groups - {"local"}, "the tree has training-only groups this test must not see"
+    assert "backbone: " in groups_section and "iresnet100" in groups_section
+    assert "weights: null" in out.stdout.split("== Config ==")[1]  # eval's own config, not train's

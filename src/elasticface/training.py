@@ -17,6 +17,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from elasticface.callbacks.progress import progress_bar
 from elasticface.callbacks.divergence import DivergenceGuard
+from elasticface.callbacks.grad_scaler import GradScalerMonitor
 from elasticface.callbacks.throughput import Throughput
 from elasticface.checkpointing import resume
 from elasticface.checkpointing.atomic_save import AtomicCheckpointIO
@@ -29,6 +30,8 @@ from elasticface.run_summary import format_summary, make_summary
 from elasticface.utils.config import flatten, group_choices, validate_top_level
 from elasticface.utils.console import print_config_tree, quiet_lightning_tips
 from elasticface.utils.instantiators import instantiate_callbacks, instantiate_loggers
+from elasticface.utils.precision import FP16_MIXED, cpu_fp16_plugin
+from elasticface.utils.requirements import check_cuda_request
 from elasticface.utils.speed import check_cpu_precision, check_world_size
 
 log = logging.getLogger(__name__)
@@ -73,7 +76,16 @@ def build_trainer(cfg: DictConfig) -> tuple[pl.Trainer, Throughput]:
     callbacks += required_callbacks(cfg, callbacks)
     throughput = next(c for c in callbacks if isinstance(c, Throughput))
     check_world_size(cfg.trainer.get("num_nodes", 1), cfg.trainer.get("devices"))
-    trainer = instantiate(cfg.trainer, callbacks=callbacks, logger=loggers or False, plugins=[AtomicCheckpointIO()])
+    check_cuda_request("trainer.accelerator", cfg.trainer.get("accelerator"))
+    plugins: list[Any] = [AtomicCheckpointIO()]
+    extra: dict[str, Any] = {}
+    fp16_cpu = cpu_fp16_plugin(cfg.trainer.get("precision"), cfg.trainer.get("accelerator"))
+    if fp16_cpu is not None:  # Lightning would run bf16 instead; the plugin replaces the precision flag
+        plugins.append(fp16_cpu)
+        extra["precision"] = None
+    if str(cfg.trainer.get("precision")) in FP16_MIXED and not any(isinstance(c, GradScalerMonitor) for c in callbacks):
+        callbacks.append(GradScalerMonitor())
+    trainer = instantiate(cfg.trainer, callbacks=callbacks, logger=loggers or False, plugins=plugins, **extra)
     check_cpu_precision(trainer.precision, isinstance(trainer.accelerator, CPUAccelerator))
     return trainer, throughput
 

@@ -13,6 +13,8 @@ import argparse
 import sys
 from collections.abc import Sequence
 
+from elasticface.cli.preflight import start
+from elasticface.cli.version import add_version_argument
 from elasticface.cli.arguments import key_value_args
 
 
@@ -20,6 +22,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from elasticface.align.photos import DEFAULT_MAX_PIXELS
 
     parser = argparse.ArgumentParser(prog="elasticface-align", description=__doc__.split("\n\n")[0])
+    add_version_argument(parser)
     parser.add_argument("src", help="folder of JPEG/PNG photos (searched recursively)")
     parser.add_argument("out", help="output folder: the same layout, plus faces.csv and align_report.csv")
     parser.add_argument("--all-faces", action="store_true", help="keep every face, not one per photo")
@@ -38,6 +41,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--progress", action=argparse.BooleanOptionalAction, default=True)
     args = parser.parse_args(key_value_args(sys.argv[1:] if argv is None else argv,
                                             flags=("all_faces", "progress")))
+    start(parser.prog, [])
     from elasticface.align.detector import MTCNNDetector
     from elasticface.align.folder import align_folder, describe
 

@@ -14,11 +14,14 @@ import json
 import sys
 from collections.abc import Sequence
 
+from elasticface.cli.preflight import start
+from elasticface.cli.version import add_version_argument
 from elasticface.cli.arguments import add_model_file_arguments, key_value_args
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="elasticface-compare", description=__doc__.split("\n\n")[0])
+    add_version_argument(parser)
     parser.add_argument("a", help="first photo (any JPEG/PNG, or an aligned 112x112 face)")
     parser.add_argument("b", help="second photo")
     add_model_file_arguments(parser)
@@ -34,6 +37,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--weights-dir", help="folder with MTCNN's pnet.pt, rnet.pt, onet.pt")
     parser.add_argument("--json", action="store_true", help="one JSON object, for scripts")
     args = parser.parse_args(key_value_args(sys.argv[1:] if argv is None else argv, flags=("flip", "json")))
+    start(parser.prog, [])
     if args.weights is None:
         parser.error("give the model file: weights=<.ckpt | backbone .pth/.pt | TorchScript | .onnx>")
     from elasticface.align.detector import MTCNNDetector

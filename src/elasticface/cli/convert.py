@@ -15,9 +15,13 @@ import logging
 import sys
 from collections.abc import Sequence
 
+from elasticface.cli.preflight import start
+from elasticface.cli.version import add_version_argument
+
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="elasticface-convert", description=__doc__.split("\n\n")[0])
+    add_version_argument(parser)
     sub = parser.add_subparsers(dest="cmd", required=True)
     p = sub.add_parser("folder2rec", help="image folder (one sub-folder per identity) -> train.rec/.idx/property")
     p.add_argument("image_root")
@@ -39,6 +43,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("rec_root")
     p.add_argument("--prefix", default="train")
     args = parser.parse_args(argv)
+    start(parser.prog, [])
     from elasticface.data import convert  # here, so that --help answers without importing torch
 
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")

@@ -21,10 +21,13 @@ import sys
 from collections.abc import Sequence
 
 from elasticface.cli.arguments import add_model_file_arguments, key_value_args
+from elasticface.cli.preflight import start
+from elasticface.cli.version import add_version_argument
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="elasticface-embed", description=__doc__.split("\n\n")[0])
+    add_version_argument(parser)
     add_model_file_arguments(parser)
     parser.add_argument("--images", required=True, help="folder of aligned 112x112 faces (searched recursively)")
     parser.add_argument("--out", required=True, help="output .npy; the index goes to the same name with .txt")
@@ -41,6 +44,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--aligned-dir", help="where --align writes the faces (default: <out>_faces)")
     args = parser.parse_args(key_value_args(sys.argv[1:] if argv is None else argv,
                                             flags=("flip", "normalize", "resize", "align")))
+    start(parser.prog, [])
     if args.weights is None:
         parser.error("give the model file: --weights <.ckpt | backbone .pth/.pt | TorchScript | .onnx>")
     from elasticface.eval.embed import embed_folder, load_model_file  # here, so that --help answers without torch

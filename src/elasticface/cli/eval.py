@@ -8,6 +8,7 @@ from __future__ import annotations
 import hydra
 from omegaconf import DictConfig
 
+from elasticface.cli.preflight import one_line_errors, start
 from elasticface.cli.resolvers import register_resolvers
 from elasticface.utils.config import config_dir
 
@@ -15,10 +16,17 @@ register_resolvers()  # before Hydra composes: the configs use ${cwd:}
 
 
 @hydra.main(version_base="1.3", config_path=str(config_dir()), config_name="eval")
-def main(cfg: DictConfig) -> None:
+def job(cfg: DictConfig) -> None:
     from elasticface.eval.run import run  # here, so that --help and --cfg job answer without importing torch
 
-    run(cfg)
+    with one_line_errors("elasticface-eval"):
+        run(cfg)
+
+
+def main() -> None:
+    """`--version` and the environment checks first (Hydra owns `--version` otherwise), then the job."""
+    start("elasticface-eval")
+    job()
 
 
 if __name__ == "__main__":

@@ -20,6 +20,8 @@ import sys
 from collections.abc import Sequence
 
 from elasticface.cli.arguments import add_model_file_arguments, key_value_args
+from elasticface.cli.preflight import start
+from elasticface.cli.version import add_version_argument
 
 #: output format by file suffix; other suffixes need --format
 FORMAT_BY_SUFFIX = {".onnx": "onnx", ".pth": "pth"}
@@ -28,6 +30,7 @@ SUFFIX_BY_FORMAT = {"onnx": ".onnx", "pth": ".pth", "torchscript": ".pt"}
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="elasticface-export", description=__doc__.split("\n\n")[0])
+    add_version_argument(parser)
     add_model_file_arguments(parser)
     parser.add_argument("--out", help="output path (default: the input's name with .onnx, or .pth for --format pth)")
     parser.add_argument("--format", choices=["onnx", "torchscript", "pth"],
@@ -39,6 +42,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--atol", type=float, default=1e-3, help="fail when ONNX and PyTorch differ by more")
     parser.add_argument("--check", action=argparse.BooleanOptionalAction, default=True)
     args = parser.parse_args(key_value_args(sys.argv[1:] if argv is None else argv, flags=("check",)))
+    start(parser.prog, [])
     if args.weights is None:
         parser.error("give the model file: --weights <Lightning .ckpt | backbone state_dict .pth/.pt>")
     suffix = os.path.splitext(args.out)[1].lower() if args.out else ""

@@ -10,13 +10,18 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from elasticface.cli.preflight import start
+from elasticface.cli.version import add_version_argument
+
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m elasticface.report", description=__doc__.split("\n\n")[0])
+    add_version_argument(parser)
     parser.add_argument("sweep_dir", type=Path, help="a multirun directory, e.g. logs/train/multiruns/<time>")
     parser.add_argument("--out", type=Path, default=None,
                         help="where to write report.md/.csv/.png (default: the sweep dir)")
     args = parser.parse_args(argv)
+    start(parser.prog, [])
     from elasticface.report.write import write_report  # here, so that --help answers without matplotlib
 
     try:

@@ -11,6 +11,8 @@ import os
 
 from omegaconf import OmegaConf
 
+from elasticface.utils.config import config_dir
+
 from elasticface.loggers.run_names import current_sweep_group, group_choice, run_name, run_tags
 from elasticface.utils.run_stamp import run_stamp
 from elasticface.utils.wandb_mode import wandb_mode
@@ -27,12 +29,21 @@ def short_dirname(name: str, max_length: int = 120) -> str:
     return f"{name[: max_length - 9]}-{hashlib.sha1(name.encode()).hexdigest()[:8]}"
 
 
+def config_group_options(group: str) -> str:
+    """`group: a, b, c`, the options of a config group (a `--help` template's line), or a hint when it has none."""
+    options = sorted(p.stem for p in (config_dir() / group).glob("*.yaml"))
+    if not options and (config_dir() / group / "default.yaml.example").exists():
+        return f"{group}: none (cp configs/{group}/default.yaml.example configs/{group}/default.yaml)"
+    return f"{group}: {', '.join(options) or 'none'}"
+
+
 def register_resolvers() -> None:
     """Register every resolver configs/ uses; a second call changes nothing."""
     resolvers = {
         "wandb_mode": wandb_mode,
         "short_dirname": short_dirname,
         "cwd": os.getcwd,
+        "config_group_options": config_group_options,
         "run_stamp": run_stamp,  # one run directory for all nodes of a multi-node job
         # what a run is called on the dashboards (loggers/run_names.py)
         "run_name": lambda *, _root_: run_name(_root_),

@@ -9,6 +9,7 @@ from __future__ import annotations
 import hydra
 from omegaconf import DictConfig
 
+from elasticface.cli.preflight import one_line_errors, start
 from elasticface.cli.resolvers import register_resolvers
 from elasticface.utils.config import config_dir
 
@@ -16,11 +17,18 @@ register_resolvers()  # before Hydra composes: the configs use ${cwd:}, ${short_
 
 
 @hydra.main(version_base="1.3", config_path=str(config_dir()), config_name="train")
-def main(cfg: DictConfig) -> float | None:
+def job(cfg: DictConfig) -> float | None:
     from elasticface.training import run  # here, so that --help and --cfg job answer without importing torch
 
-    summary = run(cfg)
+    with one_line_errors("elasticface-train"):
+        summary = run(cfg)
     return summary["val/acc_mean"]["best"]  # the value an hparams_search sweeper maximises
+
+
+def main() -> None:
+    """`--version` and the environment checks first (Hydra owns `--version` otherwise), then the job."""
+    start("elasticface-train")
+    job()
 
 
 if __name__ == "__main__":

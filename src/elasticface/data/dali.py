@@ -4,7 +4,8 @@ Reads the same `train.rec`/`train.idx` as `RecordIODataset` with DALI's MXNet re
 `(images, labels, skipped)` like the CPU loader's collate: images on the GPU as uint8 [B, 3, S, S]
 (or float in [-1, 1] with `normalize=True`), int64 labels. DALI's reader visits every key in the
 index, so for the legacy insightface layout a filtered index holding only the image keys is written
-next to a cache directory. Install with `pip install elasticface[dali]` (nvidia-dali-cuda120).
+next to a cache directory. Install with `pip install elasticface[dali]` (nvidia-dali-cuda130: the CUDA major
+of the pinned torch).
 Limitation: DALI stops on an undecodable JPEG instead of skipping it; validate new data with the CPU
 loader first (`data.decoder=torchvision`).
 """
@@ -19,15 +20,13 @@ from collections.abc import Iterator
 import torch
 
 from elasticface.data.recordio_dataset import RecordIODataset
+from elasticface.utils.requirements import require_module
 
 
 def require_dali():
     """Import DALI or explain what is missing (package, or a CUDA device)."""
-    try:
-        import nvidia.dali as dali  # noqa: F401
-    except ImportError as exc:
-        raise ImportError("data.decoder=dali needs NVIDIA DALI: pip install 'elasticface[dali]' "
-                          "(nvidia-dali-cuda120), or use data.decoder=torchvision") from exc
+    require_module("nvidia.dali", "data.decoder=dali", "dali", "nvidia-dali-cuda130")
+    import nvidia.dali as dali
     if not torch.cuda.is_available():
         raise RuntimeError("data.decoder=dali decodes on a CUDA GPU but torch.cuda.is_available() is False; "
                            "use data.decoder=torchvision on CPU machines")

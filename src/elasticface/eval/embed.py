@@ -17,6 +17,7 @@ from torch import Tensor, nn
 
 from elasticface.data.folder import ImageFiles, list_images
 from elasticface.eval.embedding_loop import Embedder, embed_dataset, resolve_device
+from elasticface.utils.requirements import require_module
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +49,7 @@ class OnnxEmbedder:
     """An exported ONNX model behind the same call signature as a torch embedder (float32 in, tensor out)."""
 
     def __init__(self, path: str, device: torch.device | str = "cpu") -> None:
+        require_module("onnxruntime", f"the ONNX model {path}", "export", "onnxruntime")
         import onnxruntime as ort
 
         providers = ["CPUExecutionProvider"]

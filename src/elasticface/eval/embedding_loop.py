@@ -14,6 +14,7 @@ from torch import Tensor, nn
 from torch.utils.data import DataLoader, Dataset
 
 from elasticface.data import transforms
+from elasticface.utils.requirements import check_cuda_request
 from elasticface.metrics.verification import VerificationAccuracy, flip_fused_embeddings
 
 Embedder = Callable[[Tensor], Tensor]
@@ -22,6 +23,7 @@ Embedder = Callable[[Tensor], Tensor]
 def resolve_device(device: str | torch.device | None = "auto") -> torch.device:
     if device is None or str(device) == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    check_cuda_request("device", device)
     return torch.device(device)
 
 

@@ -16,6 +16,7 @@ import torch
 from torch import nn
 
 from elasticface.export.check import ExportMismatchError, check_difference, cpu_eval_copy, example_input
+from elasticface.utils.requirements import require_module
 
 
 def export_onnx(
@@ -29,6 +30,9 @@ def export_onnx(
 ) -> float:
     """Export `model` (float [B, 3, S, S] -> [B, D]) to ONNX with a dynamic batch; returns the max abs
     difference to PyTorch found by onnxruntime (0.0 when `check=False`)."""
+    if check:  # before the export, not after minutes of tracing
+        require_module("onnx", "checking an ONNX export", "export", "onnx")
+        require_module("onnxruntime", "checking an ONNX export", "export", "onnxruntime")
     model = cpu_eval_copy(model)
     os.makedirs(os.path.dirname(os.path.abspath(path)) or ".", exist_ok=True)
     with torch.no_grad(), warnings.catch_warnings():

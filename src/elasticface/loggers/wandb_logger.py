@@ -1,4 +1,5 @@
-"""Lightning's WandbLogger, plus the summaries a sweep dashboard sorts by, and one run per job."""
+"""Lightning's WandbLogger, plus the summaries a sweep dashboard sorts by, one run per job, and a line saying
+which mode (online at which server, offline, disabled) the run got and why."""
 
 from __future__ import annotations
 
@@ -10,6 +11,9 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 from pytorch_lightning.loggers import WandbLogger as LightningWandbLogger
 from pytorch_lightning.loggers.logger import rank_zero_experiment
+from pytorch_lightning.utilities import rank_zero_info
+
+from elasticface.utils.wandb_mode import wandb_choice
 
 # W&B keeps the last value of a metric as its summary; a sweep is compared on the best one.
 SUMMARY_MAX = ("val/acc_mean",)
@@ -17,6 +21,15 @@ SUMMARY_MAX = ("val/acc_mean",)
 
 class WandbLogger(LightningWandbLogger):
     """Summarises `val/acc_mean` as its maximum (the run table and parallel-coordinates plots sort by it)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        choice = wandb_choice()
+        mode = kwargs.get("mode") or ("offline" if kwargs.get("offline") else None)
+        if mode is None or mode == choice.mode:
+            rank_zero_info(choice.describe())
+        else:
+            rank_zero_info(f"W&B {mode} (logger.wandb.mode={mode} in the config; without it: {choice.describe()})")
 
     @property
     @rank_zero_experiment
