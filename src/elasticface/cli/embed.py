@@ -33,13 +33,15 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="L2-normalise the rows")
     parser.add_argument("--resize", action=argparse.BooleanOptionalAction, default=False,
                         help="resize images that are not 112x112")
+    parser.add_argument("--allow-torchscript", action=argparse.BooleanOptionalAction, default=False,
+                        help="open a TorchScript model file (a program: it runs the code it holds)")
     args = parser.parse_args(key_value_args(sys.argv[1:] if argv is None else argv,
-                                            flags=("flip", "normalize", "resize")))
+                                            flags=("flip", "normalize", "resize", "allow-torchscript")))
     if args.weights is None:
         parser.error("give the model file: --weights <.ckpt | backbone .pth/.pt | TorchScript | .onnx>")
     from elasticface.eval.embed import embed_folder, load_model_file  # here, so that --help answers without torch
 
-    model = load_model_file(args.weights, args.device, args.backbone, args.embedding_size)
+    model = load_model_file(args.weights, args.device, args.backbone, args.embedding_size, args.allow_torchscript)
     out, index = embed_folder(model, args.images, args.out, args.batch_size, args.flip, args.normalize,
                               args.device, args.num_workers, args.resize)
     print(f"wrote {out} and {index}")

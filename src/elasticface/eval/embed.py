@@ -24,6 +24,10 @@ log = logging.getLogger(__name__)
 # -- models ----------------------------------------------------------------------------------------------
 
 
+class TorchScriptRefused(ValueError):
+    """A TorchScript model file given without allow_torchscript: it is code, not data."""
+
+
 def load_module(ckpt_path: str, map_location: str | torch.device = "cpu") -> nn.Module:
     """The trained FaceRecognitionModule of a Lightning checkpoint, in eval mode."""
     if not os.path.isfile(ckpt_path):
@@ -96,10 +100,11 @@ def backbone_from_weights(path: str, backbone: str | Mapping[str, Any] | None = 
 
 
 def load_model_file(path: str, device: str | torch.device = "auto", backbone: str | Mapping[str, Any] | None = None,
-                    embedding_size: int | None = None) -> Embedder:
+                    embedding_size: int | None = None, allow_torchscript: bool = False) -> Embedder:
     """An embedding function from any model file, its type detected: a Lightning checkpoint, a backbone
     state_dict (.pth/.pt as insightface and ElasticFace release them; ``backbone`` names the architecture,
-    else it is inferred), a TorchScript file or an ONNX file (onnxruntime)."""
+    else it is inferred), a TorchScript file (only with ``allow_torchscript``: it is a program) or an ONNX
+    file (onnxruntime)."""
     from elasticface.backbones.weights import file_kind
 
     device = resolve_device(device)
@@ -107,6 +112,11 @@ def load_model_file(path: str, device: str | torch.device = "auto", backbone: st
     if kind == "onnx":
         return OnnxEmbedder(path, device)
     if kind == "torchscript":
+        if not allow_torchscript:
+            raise TorchScriptRefused(
+                f"{path}: a TorchScript file, which is a program: loading it runs the code it holds, so it is not "
+                f"opened unless you trust where it comes from and say so with allow_torchscript=true "
+                f"(--allow-torchscript). A Lightning .ckpt, a backbone .pth/.pt or an .onnx file needs no option")
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=".*torch.jit.*deprecated", category=FutureWarning)
             return torch.jit.load(path, map_location=device).eval()
@@ -130,11 +140,11 @@ def one_model_file(**options: str | None) -> str:
 
 def load_embedder(ckpt_path: str | None = None, model_path: str | None = None, device: str | torch.device = "auto",
                   weights: str | None = None, backbone: str | Mapping[str, Any] | None = None,
-                  embedding_size: int | None = None) -> Embedder:
+                  embedding_size: int | None = None, allow_torchscript: bool = False) -> Embedder:
     """:func:`load_model_file` of the one file given as ``weights`` (or its older names ``ckpt_path``,
     ``model_path``)."""
     path = one_model_file(weights=weights, ckpt_path=ckpt_path, model_path=model_path)
-    return load_model_file(path, device, backbone, embedding_size)
+    return load_model_file(path, device, backbone, embedding_size, allow_torchscript)
 
 
 # -- a folder of aligned faces ---------------------------------------------------------------------------
