@@ -160,8 +160,9 @@ def read_checkpoint(path: str | os.PathLike, map_location: Any = "cpu", mmap: bo
     except (RuntimeError, EOFError, OSError, ValueError) as err:
         first = str(err).splitlines()[0] if str(err) else type(err).__name__
         raise UntrustedFileError(f"{text}: not a checkpoint torch.save wrote, or truncated ({first})") from err
-    if not isinstance(checkpoint, dict) or not isinstance(checkpoint.get("state_dict"), Mapping):
-        raise UntrustedFileError(f"{text}: not a Lightning checkpoint (expected a dict with a state_dict)")
+    if not isinstance(checkpoint, dict):
+        raise UntrustedFileError(f"{text}: not a Lightning checkpoint (holds a {type(checkpoint).__name__}, "
+                                 f"expected a dict)")
     return checkpoint
 
 
@@ -173,6 +174,8 @@ def build_from_checkpoint(cls: type[M], path: str | os.PathLike, map_location: A
     if map_location is None:
         map_location = None if torch.cuda.is_available() else "cpu"
     checkpoint = read_checkpoint(path, map_location)
+    if not isinstance(checkpoint.get("state_dict"), Mapping):
+        raise UntrustedFileError(f"{path}: not a Lightning checkpoint of a model (no state_dict)")
     hparams = dict(checkpoint.get("hyper_parameters") or {})
     check_targets({k: v for k, v in hparams.items() if k not in overrides}, f"{path} (hyper_parameters)", renamed)
     model = cls(**{**hparams, **overrides})

@@ -33,6 +33,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="L2-normalise the rows")
     parser.add_argument("--resize", action=argparse.BooleanOptionalAction, default=False,
                         help="resize images that are not 112x112")
+    parser.add_argument("--max-pixels", type=int, default=None,
+                        help="most pixels an image header may declare; larger images are refused before decoding "
+                             "(default 4096x4096)")
     parser.add_argument("--allow-torchscript", action=argparse.BooleanOptionalAction, default=False,
                         help="open a TorchScript model file (a program: it runs the code it holds)")
     args = parser.parse_args(key_value_args(sys.argv[1:] if argv is None else argv,
@@ -43,7 +46,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     model = load_model_file(args.weights, args.device, args.backbone, args.embedding_size, args.allow_torchscript)
     out, index = embed_folder(model, args.images, args.out, args.batch_size, args.flip, args.normalize,
-                              args.device, args.num_workers, args.resize)
+                              args.device, args.num_workers, args.resize, args.max_pixels)
     print(f"wrote {out} and {index}")
     return 0
 

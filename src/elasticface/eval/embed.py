@@ -160,11 +160,14 @@ def embed_folder(
     device: str | torch.device = "auto",
     num_workers: int = 0,
     resize: bool = False,
+    max_pixels: int | None = None,
 ) -> tuple[str, str]:
     """Write `out` (.npy, float32 [N, D], L2-normalised unless `normalize=False`) and `out` with a .txt
-    suffix listing the relative image paths, one per line, in row order. Returns both paths."""
+    suffix listing the relative image paths, one per line, in row order. Returns both paths. An image whose header
+    declares more than ``max_pixels`` (None: the default limit) is an error naming it, raised before decoding."""
     paths = list_images(images)
-    emb, idx = embed_dataset(model, ImageFiles(images, paths, resize=resize), batch_size, flip, device, num_workers)
+    files = ImageFiles(images, paths, resize=resize, max_pixels=max_pixels)
+    emb, idx = embed_dataset(model, files, batch_size, flip, device, num_workers)
     emb = emb[torch.argsort(idx)]
     if normalize:
         emb = torch.nn.functional.normalize(emb, dim=1)
