@@ -120,6 +120,12 @@ def check_targets(config: Any, source: str, renamed: Mapping[str, str] | None = 
         return
     if not isinstance(config, Mapping):
         return
+    if "_target_" in config:  # the outer target first: the error names what the file asked for
+        target = config["_target_"]
+        target = (renamed or {}).get(target, target) if isinstance(target, str) else target
+        if not isinstance(target, str) or target not in allowed_targets():
+            raise _refuse(source, f"{path}._target_" if path else "_target_", f"target {target!r} is not allowed")
+        _check_timm_node(config, target, source, path or "_target_")
     for key, value in config.items():
         where = f"{path}.{key}" if path else str(key)
         if not isinstance(key, str):
@@ -127,12 +133,6 @@ def check_targets(config: Any, source: str, renamed: Mapping[str, str] | None = 
         if key.startswith("_") and key.endswith("_") and key not in _HYDRA_KEYS:
             raise _refuse(source, where, "an instantiate option this loader does not take")
         check_targets(value, source, renamed, where)
-    if "_target_" in config:
-        target = config["_target_"]
-        target = (renamed or {}).get(target, target) if isinstance(target, str) else target
-        if not isinstance(target, str) or target not in allowed_targets():
-            raise _refuse(source, f"{path}._target_" if path else "_target_", f"target {target!r} is not allowed")
-        _check_timm_node(config, target, source, path or "_target_")
     if not isinstance(config.get("_partial_", False), bool) or not isinstance(config.get("_recursive_", True), bool):
         raise _refuse(source, path, "_partial_ and _recursive_ must be true or false")
     if str(config.get("_convert_", "none")).lower() not in _CONVERT_MODES:

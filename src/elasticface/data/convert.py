@@ -9,16 +9,14 @@ N+1..N+C, `property`), so insightface's and MXNet's readers open it too. JPEGs t
 
 from __future__ import annotations
 
-import io
 import logging
 import os
 from collections.abc import Sequence
 
 import numpy as np
-from PIL import Image
 
 from elasticface.data.decode import (MAX_PIXELS, CorruptImageError, ImageTooLargeError, decode_image, encode_jpeg,
-                                     image_format, refuse_too_large)
+                                     image_format, open_header)
 from elasticface.data.folder import IMAGE_EXTENSIONS, scan_image_folder
 from elasticface.data.recordio import CorruptRecordError, RecordIOWriter, pack_header, scan_records
 from elasticface.data.recordio_dataset import RecordIODataset
@@ -33,8 +31,7 @@ def prepare_image(data: bytes, image_size: int = 112, quality: int = 95,
     """(JPEG bytes of an RGB image_size x image_size face, whether it had to be re-encoded); an image whose
     header declares more than max_pixels is refused before decoding."""
     try:
-        with Image.open(io.BytesIO(data)) as img:  # reads the header only
-            refuse_too_large(*img.size, max_pixels)
+        with open_header(data, max_pixels) as img:
             if img.format == "JPEG" and img.size == (image_size, image_size) and img.mode in ("RGB", "L"):
                 img.load()  # a full decode catches truncated files before they enter the dataset
                 return data, False
@@ -149,7 +146,7 @@ def pairs_to_bin(
         try:
             jpeg, _ = prepare_image(pairs.raw(i), image_size, quality)
         except CorruptImageError as exc:
-            raise CorruptImageError(f"{pairs.images[i]}: {exc}") from exc
+            raise type(exc)(f"{pairs.images[i]}: {exc}") from exc
         images.append(jpeg)
     write_bin(out_path, images, pairs.issame.tolist())
     return {"pairs": pairs.num_pairs, "positives": int(pairs.issame.sum())}

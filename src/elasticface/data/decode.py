@@ -97,10 +97,27 @@ def _check_decoder(decoder: str) -> str:
     return "torchvision" if decoder == "dali" else decoder
 
 
+def open_header(data: bytes, max_pixels: int = MAX_PIXELS) -> Image.Image:
+    """``Image.open`` of the bytes (the header only, nothing decoded) once the size they declare is within
+    ``max_pixels``; ImageTooLargeError otherwise (Pillow's own bomb error above 2 x its limit included)."""
+    size = jpeg_size(data) if data[:2] == _JPEG_SOI else None
+    if size is not None:
+        refuse_too_large(*size, max_pixels)
+    try:
+        img = Image.open(io.BytesIO(data))
+    except Image.DecompressionBombError as exc:
+        raise ImageTooLargeError(f"{exc}; refused before decoding") from None
+    try:
+        refuse_too_large(*img.size, max_pixels)
+    except ImageTooLargeError:
+        img.close()
+        raise
+    return img
+
+
 def _decode_pil(data: bytes, stats: DecodeStats, max_pixels: int = MAX_PIXELS) -> torch.Tensor:
     try:
-        with Image.open(io.BytesIO(data)) as img:  # reads the header only
-            refuse_too_large(*img.size, max_pixels)
+        with open_header(data, max_pixels) as img:
             if img.mode in ("L", "LA", "I", "I;16", "1"):
                 stats.grey += 1
             # convert() forces the full decode, so truncated files fail here rather than later

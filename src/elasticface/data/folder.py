@@ -151,7 +151,7 @@ class ImageFiles(Dataset):
         try:
             img = decode_image(data, image_size=None, max_pixels=self.max_pixels)
         except CorruptImageError as exc:
-            raise CorruptImageError(f"{path}: {exc}") from exc
+            raise type(exc)(f"{path}: {exc}") from exc
         if img.shape[1:] != (self.image_size, self.image_size):
             if not self.resize:
                 raise ValueError(
