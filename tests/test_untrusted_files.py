@@ -191,8 +191,8 @@ def test_every_checkpoint_read_is_weights_only_and_local(tmp_path, monkeypatch):
 def test_saved_checkpoints_of_each_kind_resume_with_weights_only_loading(tiny_cfg, tmp_path, monkeypatch, kind):
     """What a run saves (optimizer, scheduler, loops, RNG, sampler position, callback states, sharded centres)
     loads with weights_only=True: each kind is resumed by the Trainer, and every torch.load it makes is safe.
-    plain: last.ckpt of a finished epoch and the mid-epoch step0000002.ckpt; preempted: the checkpoint the
-    preemption signal writes at step 2 (mid-epoch)."""
+    plain: last.ckpt of a finished epoch; preempted: the checkpoint the preemption signal writes at step 2, mid-epoch
+    (the loader's position included); model_parallel: sharded centres with their optimizer state."""
     from elasticface.checkpointing.preemption import Preemption
     from elasticface.training import run
 
@@ -210,7 +210,7 @@ def test_saved_checkpoints_of_each_kind_resume_with_weights_only_loading(tiny_cf
     ckpts = tmp_path / "checkpoints"
     if kind == "preempted":
         assert first["preempted"] and first["global_step"] == 2
-    starts = [ckpts / "last.ckpt"] + ([ckpts / "step0000002.ckpt"] if kind == "plain" else [])
+    starts = [ckpts / "last.ckpt"]
     if kind == "model_parallel":
         assert "class_centres" in torch.load(starts[0], weights_only=True)
 
@@ -224,35 +224,42 @@ def test_saved_checkpoints_of_each_kind_resume_with_weights_only_loading(tiny_cf
 
         monkeypatch.setattr(torch, "load", recording_load)
         steps = real_load(start, weights_only=True)["global_step"]
-        resumed = run(tiny_cfg("trainer.max_epochs=1", "trainer.max_steps=4", f"ckpt_path={start}", *extra))
+        resumed = run(tiny_cfg("trainer.max_epochs=2", f"ckpt_path={start}", *extra))
         monkeypatch.undo()
         assert calls and all(c is True for c in calls), calls
-        assert resumed["global_step"] == 4 > steps
+        assert resumed["global_step"] == 6 > steps  # 3 steps per epoch: continued to the end of the second
 
 
 # ------------------------------------------------------------------------------------------- the commands
 
 
-def test_train_refuses_crafted_ckpt_path_and_weights_and_changes_nothing(tmp_path):
-    """`python train.py ckpt_path=<file>` and `weights=<file>`, as typed: refused naming the file, no marker, the
-    run directory that holds the file unchanged, and no checkpoint or summary written by the refused run."""
+def test_train_refuses_crafted_ckpt_path_and_weights_and_changes_nothing(tiny_cfg, tmp_path):
+    """`python train.py ckpt_path=<file>` as typed, and `weights=<file>` in-process: refused naming the file, no
+    marker, the run directory that holds the file unchanged, and no checkpoint or summary from the refused run."""
+    from elasticface.backbones.weights import WeightsError
+    from elasticface.training import run
+
     marker = tmp_path / "marker"
     old_run = tmp_path / "old_run"
     (old_run / "checkpoints").mkdir(parents=True)
     ckpt = pickle_checkpoint(old_run / "checkpoints" / "last.ckpt", marker)
     (old_run / "summary.txt").write_text("kept")
+    before = snapshot(old_run)
+    new_run = tmp_path / "new_run"
+    out = _run([sys.executable, str(ROOT / "train.py"), *TINY, f"ckpt_path={ckpt}", f"hydra.run.dir={new_run}"],
+               tmp_path)
+    assert out.returncode != 0
+    assert f"{ckpt}: holds pickled Python objects (io.open)" in out.stderr, out.stderr[-2000:]
+    assert not marker.exists()
+    assert not (new_run / "checkpoints").exists() and not (new_run / "summary.json").exists()
+    assert snapshot(old_run) == before
+
     weights = tmp_path / "backbone.pth"
     torch.save({"conv1.weight": _Payload(marker)}, weights)
-    before = snapshot(old_run)
-    for option, path in (("ckpt_path", ckpt), ("weights", weights)):
-        new_run = tmp_path / f"new_{option}"
-        out = _run([sys.executable, str(ROOT / "train.py"), *TINY, f"{option}={path}", f"hydra.run.dir={new_run}"],
-                   tmp_path)
-        assert out.returncode != 0
-        assert str(path) in out.stderr and ("pickled Python object" in out.stderr), out.stderr[-2000:]
-        assert not marker.exists()
-        assert not (new_run / "checkpoints").exists() and not (new_run / "summary.json").exists()
-    assert snapshot(old_run) == before
+    with pytest.raises(WeightsError, match=rf"{weights}: holds a pickled Python object \(io.open\)"):
+        run(tiny_cfg(f"weights={weights}"))
+    assert not marker.exists()
+    assert not (tmp_path / "checkpoints").exists() and not (tmp_path / "summary.json").exists()
 
 
 def test_train_refuses_a_remote_ckpt_path_before_fetching_it(tiny_cfg, tmp_path):
@@ -331,9 +338,17 @@ def test_torchscript_needs_the_explicit_option(tmp_path, monkeypatch):
         embed_main(["--weights", str(ts), "--images", str(faces), "--out", str(tmp_path / "e.npy"), "--device", "cpu"])
     assert loads == [] and not (tmp_path / "e.npy").exists()
     assert load_model_file(str(ts), "cpu", allow_torchscript=True) is not None and loads == [str(ts)]
-    out = _run([sys.executable, str(ROOT / "eval.py"), f"weights={ts}", f"data.val_root={tmp_path}",
-                f"hydra.run.dir={tmp_path / 'eval'}"], tmp_path)
-    assert out.returncode != 0 and "allow_torchscript=true" in out.stderr, out.stderr[-2000:]
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    from elasticface.eval.run import run
+
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(version_base="1.3", config_dir=str(ROOT / "configs")):
+        cfg = compose(config_name="eval", overrides=[f"weights={ts}", f"data.val_root={tmp_path}", "device=cpu"])
+    with pytest.raises(TorchScriptRefused, match="allow_torchscript=true"):
+        run(cfg, output_dir=str(tmp_path / "eval"))
+    assert loads == [str(ts)] and not (tmp_path / "eval" / "results.json").exists()
 
 
 # ----------------------------------------------------------------------------------------- data files
