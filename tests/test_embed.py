@@ -90,7 +90,8 @@ def test_embed_folder_cli(tmp_path):
     ts = str(tmp_path / "m.pt")
     export_torchscript(model, ts)
     out = str(tmp_path / "out" / "emb.npy")
-    assert main(["--model", ts, "--images", str(images), "--out", out, "--batch-size", "2", "--device", "cpu"]) == 0
+    assert main(["--model", ts, "--images", str(images), "--out", out, "--batch-size", "2", "--device", "cpu",
+                 "--allow-torchscript"]) == 0
     emb = np.load(out)
     paths = open(str(tmp_path / "out" / "emb.txt")).read().split()
     assert emb.shape == (5, 64) and len(paths) == 5 and paths == sorted(paths) and paths[0].startswith("a/")
@@ -103,7 +104,8 @@ def test_embed_folder_cli(tmp_path):
     np.testing.assert_allclose(emb[3], want, atol=1e-5)
     # Hydra-style arguments, no flip, raw embeddings
     out2 = str(tmp_path / "emb2.npy")
-    hydra_args = [f"model_path={ts}", f"images={images}", f"out={out2}", "flip=false", "normalize=false", "device=cpu"]
+    hydra_args = [f"model_path={ts}", f"images={images}", f"out={out2}", "flip=false", "normalize=false", "device=cpu",
+                  "allow_torchscript=true"]
     assert main(hydra_args) == 0
     with torch.no_grad():
         raw = model(x)[0].numpy()
@@ -116,6 +118,7 @@ def test_embed_folder_rejects_unaligned_sizes(tmp_path):
     ts = str(tmp_path / "m.pt")
     export_torchscript(PoolEmbedder().eval(), ts)
     with pytest.raises(ValueError, match="expected aligned 112x112"):
-        main(["--model", ts, "--images", str(images), "--out", str(tmp_path / "e.npy"), "--device", "cpu"])
+        main(["--model", ts, "--images", str(images), "--out", str(tmp_path / "e.npy"), "--device", "cpu",
+              "--allow-torchscript"])
     assert main(["--model", ts, "--images", str(images), "--out", str(tmp_path / "e.npy"), "--device", "cpu",
-                 "--resize"]) == 0
+                 "--resize", "--allow-torchscript"]) == 0

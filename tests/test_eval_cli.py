@@ -74,7 +74,7 @@ def eval_data(tmp_path_factory):
 
 def test_eval_cli_end_to_end(eval_data, tmp_path):
     out = tmp_path / "out"
-    cmd = [sys.executable, str(ROOT / "eval.py"), f"model_path={eval_data / 'model.pt'}",
+    cmd = [sys.executable, str(ROOT / "eval.py"), f"model_path={eval_data / 'model.pt'}", "allow_torchscript=true",
            f"data.val_root={eval_data / 'bins'}", f"pairs_file={eval_data / 'pairs.txt'}",
            f"image_root={eval_data / 'folder'}", f"ijb.root={eval_data / 'ijb'}",
            "ijb.target=IJBC", "device=cpu", "num_workers=0", "batch_size=16", f"hydra.run.dir={out}"]
@@ -105,7 +105,8 @@ def test_eval_onnx_matches_torchscript_in_process(eval_data, tmp_path):
 
     base = [f"data.val_root={eval_data / 'bins'}", "data.val_sets=[lfw]", "device=cpu", "num_workers=0", "plots=false"]
     a = run(_compose_eval(base + [f"model_path={eval_data / 'model.onnx'}"]), output_dir=str(tmp_path / "a"))
-    b = run(_compose_eval(base + [f"model_path={eval_data / 'model.pt'}"]), output_dir=str(tmp_path / "b"))
+    b = run(_compose_eval(base + [f"model_path={eval_data / 'model.pt'}", "allow_torchscript=true"]),
+            output_dir=str(tmp_path / "b"))
     assert a[0]["acc"] == b[0]["acc"] and a[0]["xnorm"] == pytest.approx(b[0]["xnorm"], rel=1e-4)
 
 

@@ -25,6 +25,7 @@ from elasticface.heads.registry import with_omitted_arguments
 from elasticface.metrics.verification import VerificationAccuracy, flip_fused_embeddings
 from elasticface.utils.lightning_private import attached_trainer, should_update_logs
 from elasticface.utils.speed import check_compile_setting, compile_available, should_compile
+from elasticface.untrusted import build_from_checkpoint
 
 #: class-layer targets of checkpoints saved before the classifier package (their hyperparameters name them)
 _MOVED_TARGETS = {
@@ -109,6 +110,14 @@ class FaceRecognitionModule(pl.LightningModule):
         self._theta_y: Tensor | None = None
         self._theta_valid: Tensor | None = None
         self._skipped_records: Tensor | None = None
+
+    @classmethod
+    def load_from_checkpoint(cls, checkpoint_path: Any, map_location: Any = None, strict: bool | None = None,
+                             **overrides: Any) -> "FaceRecognitionModule":
+        """The module of a checkpoint, which is data: read with weights_only=True from a local file, every
+        `_target_` of its hyperparameters checked against `elasticface.untrusted`'s allowlist before anything is
+        built (`overrides` are the caller's and unchecked)."""
+        return build_from_checkpoint(cls, checkpoint_path, map_location, strict, renamed=_MOVED_TARGETS, **overrides)
 
     @property
     def head(self) -> nn.Module:

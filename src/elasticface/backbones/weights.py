@@ -25,6 +25,7 @@ import torch
 from torch import Tensor, nn
 
 from .registry import FACE_BACKBONES
+from elasticface.utils.remote import refuse_remote
 
 log = logging.getLogger(__name__)
 
@@ -96,6 +97,7 @@ def file_kind(path: str) -> str:
 
 
 def _check_exists(path: str) -> None:
+    refuse_remote(path, "weights")
     if not os.path.isfile(path):
         raise FileNotFoundError(f"model file {path} not found")
 

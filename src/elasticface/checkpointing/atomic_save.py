@@ -11,6 +11,7 @@ from typing import Any
 import torch
 from lightning_fabric.plugins.io.torch_io import TorchCheckpointIO
 
+from elasticface.untrusted import read_checkpoint
 from elasticface.utils.lightning_private import is_local_path
 
 log = logging.getLogger(__name__)
@@ -49,7 +50,16 @@ def remove_stale_temporaries(directory: str | os.PathLike) -> list[Path]:
 # the checkpoint directory (node-local /tmp, shared /scratch: the usual cluster) that move is a copy into
 # the target itself, so a kill mid-copy leaves a truncated `last.ckpt`, and the killed write's temporary
 # stays in /tmp where no run looks for it. Remote paths (`s3://`, `gs://`, ...) keep Lightning's save.
+#
+# Reading: every checkpoint the Trainer restores (ckpt_path=, resume=auto, the `hpc` checkpoint of a requeued
+# job) comes through `load_checkpoint`, and is read as data whatever Lightning asks: Lightning 2.6 passes
+# weights_only=None, which torch.load takes as True for a local file but `cloud_io._load` turns into False
+# for an http(s) URL. A local file only, weights_only=True always.
 class AtomicCheckpointIO(TorchCheckpointIO):
+    def load_checkpoint(self, path: str | os.PathLike, map_location: Any = lambda storage, loc: storage,
+                        weights_only: bool | None = None) -> dict[str, Any]:
+        return read_checkpoint(path, map_location)
+
     def save_checkpoint(
         self, checkpoint: dict[str, Any], path: str | os.PathLike, storage_options: Any | None = None
     ) -> None:

@@ -14,6 +14,9 @@ import os
 from pathlib import Path
 from typing import Any
 
+from elasticface.untrusted import read_checkpoint
+from elasticface.utils.remote import refuse_remote
+
 log = logging.getLogger(__name__)
 
 RESUME_CHOICES = (None, "auto")
@@ -44,9 +47,12 @@ def resolve(resume: str | None, ckpt_path: str | None, output_dir: Path,
         raise ValueError(f"resume={resume!r}: expected null (train as told) or auto (skip finished, continue "
                          "unfinished runs in this output directory); to continue a given file use ckpt_path=<file>")
     if ckpt_path is not None:
-        special = str(ckpt_path) in ("last", "best", "hpc") or "://" in str(ckpt_path)
-        if not special and not os.path.isfile(ckpt_path):
-            raise FileNotFoundError(f"ckpt_path={ckpt_path}: no such checkpoint file")
+        special = str(ckpt_path) in ("last", "best", "hpc")
+        if not special:
+            refuse_remote(ckpt_path, "ckpt_path")
+            if not os.path.isfile(ckpt_path):
+                raise FileNotFoundError(f"ckpt_path={ckpt_path}: no such checkpoint file")
+            read_checkpoint(ckpt_path, mmap=True)  # refused before the run builds or writes anything
         return str(ckpt_path), None
     if resume != "auto":
         return None, None
@@ -56,6 +62,7 @@ def resolve(resume: str | None, ckpt_path: str | None, output_dir: Path,
         return None, summary
     found = newest_checkpoint(checkpoint_dir, output_dir)
     if found is not None:
+        read_checkpoint(found, mmap=True)
         log.info("resume=auto: continuing %s from %s", output_dir, found)
         return str(found), None
     return None, None

@@ -25,7 +25,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     add_version_argument(parser)
     parser.add_argument("src", help="folder of JPEG/PNG photos (searched recursively)")
     parser.add_argument("out", help="output folder: the same layout, plus faces.csv and align_report.csv")
-    parser.add_argument("--all-faces", action="store_true", help="keep every face, not one per photo")
+    parser.add_argument("--all-faces", action=argparse.BooleanOptionalAction, default=False, help="keep every face, not one per photo")
     parser.add_argument("--pick", choices=("largest", "center"), default="largest",
                         help="the one face kept per photo: the largest box (default) or the one nearest the centre")
     parser.add_argument("--landmarks",
@@ -40,7 +40,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                                               "(default: the installed facenet-pytorch 2.6.0 wheel's)")
     parser.add_argument("--progress", action=argparse.BooleanOptionalAction, default=True)
     args = parser.parse_args(key_value_args(sys.argv[1:] if argv is None else argv,
-                                            flags=("all_faces", "progress")))
+                                            flags=("all-faces", "progress")))
     start(parser.prog, [])
     from elasticface.align.detector import MTCNNDetector
     from elasticface.align.folder import align_folder, describe

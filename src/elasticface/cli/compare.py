@@ -36,7 +36,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--device", default="auto")
     parser.add_argument("--weights-dir", help="folder with MTCNN's pnet.pt, rnet.pt, onet.pt")
     parser.add_argument("--json", action="store_true", help="one JSON object, for scripts")
-    args = parser.parse_args(key_value_args(sys.argv[1:] if argv is None else argv, flags=("flip", "json")))
+    parser.add_argument("--allow-torchscript", action=argparse.BooleanOptionalAction, default=False,
+                        help="open a TorchScript model file (a program: it runs the code it holds)")
+    args = parser.parse_args(key_value_args(sys.argv[1:] if argv is None else argv, flags=("flip", "json", "allow-torchscript")))
     start(parser.prog, [])
     if args.weights is None:
         parser.error("give the model file: weights=<.ckpt | backbone .pth/.pt | TorchScript | .onnx>")
@@ -54,7 +56,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         else:
             found = stored_threshold(args.weights, args.set_name)
             threshold = (found[0], f"{found[1]}, stored with the weights") if found else None
-        model = load_model_file(args.weights, device, args.backbone, args.embedding_size)
+        model = load_model_file(args.weights, device, args.backbone, args.embedding_size, args.allow_torchscript)
         result = compare(model, args.a, args.b, threshold, args.flip, device, args.align,
                          lambda: MTCNNDetector(device, args.weights_dir))
     except (BadPhotoError, FileNotFoundError, ValueError) as exc:

@@ -40,10 +40,16 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="L2-normalise the rows")
     parser.add_argument("--resize", action=argparse.BooleanOptionalAction, default=False,
                         help="resize images that are not 112x112")
-    parser.add_argument("--align", action="store_true", help="the images are raw photos: detect and align them first")
+    parser.add_argument("--align", action=argparse.BooleanOptionalAction, default=False,
+                        help="the images are raw photos: detect and align them first")
     parser.add_argument("--aligned-dir", help="where --align writes the faces (default: <out>_faces)")
+    parser.add_argument("--max-pixels", type=int, default=None,
+                        help="most pixels an image header may declare; larger images are refused before decoding "
+                             "(default 4096x4096)")
+    parser.add_argument("--allow-torchscript", action=argparse.BooleanOptionalAction, default=False,
+                        help="open a TorchScript model file (a program: it runs the code it holds)")
     args = parser.parse_args(key_value_args(sys.argv[1:] if argv is None else argv,
-                                            flags=("flip", "normalize", "resize", "align")))
+                                            flags=("flip", "normalize", "resize", "allow-torchscript", "align")))
     start(parser.prog, [])
     if args.weights is None:
         parser.error("give the model file: --weights <.ckpt | backbone .pth/.pt | TorchScript | .onnx>")
@@ -60,9 +66,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         images = args.aligned_dir or os.path.splitext(args.out)[0] + "_faces"
         summary = align_folder(args.images, images, lambda: MTCNNDetector(resolve_device(args.device)))
         print(describe(summary, images))
-    model = load_model_file(args.weights, args.device, args.backbone, args.embedding_size)
+    model = load_model_file(args.weights, args.device, args.backbone, args.embedding_size, args.allow_torchscript)
     out, index = embed_folder(model, images, args.out, args.batch_size, args.flip, args.normalize,
-                              args.device, args.num_workers, args.resize)
+                              args.device, args.num_workers, args.resize, args.max_pixels)
     print(f"wrote {out} and {index}")
     return 0
 

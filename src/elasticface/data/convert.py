@@ -9,15 +9,14 @@ N+1..N+C, `property`), so insightface's and MXNet's readers open it too. JPEGs t
 
 from __future__ import annotations
 
-import io
 import logging
 import os
 from collections.abc import Sequence
 
 import numpy as np
-from PIL import Image
 
-from elasticface.data.decode import CorruptImageError, decode_image, encode_jpeg, image_format
+from elasticface.data.decode import (MAX_PIXELS, CorruptImageError, ImageTooLargeError, decode_image, encode_jpeg,
+                                     image_format, open_header)
 from elasticface.data.folder import IMAGE_EXTENSIONS, scan_image_folder
 from elasticface.data.recordio import CorruptRecordError, RecordIOWriter, pack_header, scan_records
 from elasticface.data.recordio_dataset import RecordIODataset
@@ -27,16 +26,20 @@ log = logging.getLogger(__name__)
 _FLOAT32_EXACT = 1 << 24
 
 
-def prepare_image(data: bytes, image_size: int = 112, quality: int = 95) -> tuple[bytes, bool]:
-    """(JPEG bytes of an RGB image_size x image_size face, whether it had to be re-encoded)."""
+def prepare_image(data: bytes, image_size: int = 112, quality: int = 95,
+                  max_pixels: int = MAX_PIXELS) -> tuple[bytes, bool]:
+    """(JPEG bytes of an RGB image_size x image_size face, whether it had to be re-encoded); an image whose
+    header declares more than max_pixels is refused before decoding."""
     try:
-        with Image.open(io.BytesIO(data)) as img:
+        with open_header(data, max_pixels) as img:
             if img.format == "JPEG" and img.size == (image_size, image_size) and img.mode in ("RGB", "L"):
                 img.load()  # a full decode catches truncated files before they enter the dataset
                 return data, False
+    except ImageTooLargeError:
+        raise
     except Exception as exc:  # noqa: BLE001 - PIL raises many types
         raise CorruptImageError(f"cannot decode image: {exc}") from exc
-    tensor = decode_image(data, "pil", image_size)
+    tensor = decode_image(data, "pil", image_size, max_pixels=max_pixels)
     return encode_jpeg(tensor, quality), True
 
 
@@ -140,7 +143,10 @@ def pairs_to_bin(
     pairs = pairs_from_list(pairs_file, image_root, image_size=image_size)
     images = []
     for i in range(len(pairs)):
-        jpeg, _ = prepare_image(pairs.raw(i), image_size, quality)
+        try:
+            jpeg, _ = prepare_image(pairs.raw(i), image_size, quality)
+        except CorruptImageError as exc:
+            raise type(exc)(f"{pairs.images[i]}: {exc}") from exc
         images.append(jpeg)
     write_bin(out_path, images, pairs.issame.tolist())
     return {"pairs": pairs.num_pairs, "positives": int(pairs.issame.sum())}

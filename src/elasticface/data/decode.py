@@ -4,6 +4,10 @@ torchvision's libjpeg-turbo `decode_jpeg` is the fast path (no PIL image object,
 anything it cannot read (PNG, BMP, odd JPEG variants) falls back to PIL. Grey and CMYK images
 become RGB; images that are not S x S are resized and counted, because a training set of mixed
 sizes usually means the faces were not aligned the way the model expects.
+
+Images may come from strangers: the size an image's header declares is read first (a few bytes of a JPEG's
+frame header; Pillow's header read for other formats) and an image declaring more than ``max_pixels`` is
+refused before anything is decoded, so a small file cannot make a decoder allocate gigabytes.
 """
 
 from __future__ import annotations
@@ -20,10 +24,59 @@ log = logging.getLogger(__name__)
 
 DECODERS = ("torchvision", "pil", "dali")
 _JPEG_SOI = b"\xff\xd8"
+#: the JPEG markers that start a frame header (SOF0-15 except DHT C4, JPG C8, DAC CC)
+_JPEG_SOF = frozenset({0xC0, 0xC1, 0xC2, 0xC3, 0xC5, 0xC6, 0xC7, 0xC9, 0xCA, 0xCB, 0xCD, 0xCE, 0xCF})
+#: the most pixels an image may declare unless `max_pixels` says otherwise: a 4096 x 4096 photo (16.8 Mpx),
+#: over 1,300 aligned 112 x 112 faces and 4x a full-resolution IJB frame; decoding it takes 50 MB
+MAX_PIXELS = 4096 * 4096
 
 
 class CorruptImageError(ValueError):
     """The bytes are not an image that any available decoder can read."""
+
+
+class ImageTooLargeError(CorruptImageError):
+    """The image's header declares more pixels than the limit; it was not decoded."""
+
+
+def check_max_pixels(max_pixels: int | None) -> int:
+    """The limit to use: ``max_pixels``, or MAX_PIXELS for None; a ValueError for anything but a positive int."""
+    if max_pixels is None:
+        return MAX_PIXELS
+    if isinstance(max_pixels, bool) or not isinstance(max_pixels, int) or max_pixels < 1:
+        raise ValueError(f"max_pixels={max_pixels!r}: expected a positive number of pixels, or null for the "
+                         f"default {MAX_PIXELS:,}")
+    return max_pixels
+
+
+def jpeg_size(data: bytes) -> tuple[int, int] | None:
+    """(width, height) of a JPEG's first frame header, read without decoding; None when the marker walk does
+    not reach one (the caller then lets Pillow read the header)."""
+    i, n = 2, len(data)
+    while i + 4 <= n:
+        if data[i] != 0xFF:
+            return None
+        marker = data[i + 1]
+        if marker == 0xFF:  # fill byte
+            i += 1
+        elif 0xD0 <= marker <= 0xD7 or marker == 0x01:  # markers without a length
+            i += 2
+        elif marker in _JPEG_SOF:
+            return ((data[i + 7] << 8) | data[i + 8], (data[i + 5] << 8) | data[i + 6]) if i + 9 <= n else None
+        elif marker in (0xD9, 0xDA):  # end of image, or scan data before any frame header
+            return None
+        else:
+            i += 2 + ((data[i + 2] << 8) | data[i + 3])
+    return None
+
+
+def refuse_too_large(width: int, height: int, max_pixels: int) -> None:
+    """ImageTooLargeError when width x height exceeds max_pixels."""
+    if width * height > max_pixels:
+        raise ImageTooLargeError(
+            f"declares {width}x{height} = {width * height:,} pixels, more than max_pixels={max_pixels:,}; refused "
+            f"before decoding (a decompression bomb, or not a face crop). Raise max_pixels if the image is genuine"
+        )
 
 
 @dataclass
@@ -44,24 +97,46 @@ def _check_decoder(decoder: str) -> str:
     return "torchvision" if decoder == "dali" else decoder
 
 
-def _decode_pil(data: bytes, stats: DecodeStats) -> torch.Tensor:
+def open_header(data: bytes, max_pixels: int = MAX_PIXELS) -> Image.Image:
+    """``Image.open`` of the bytes (the header only, nothing decoded) once the size they declare is within
+    ``max_pixels``; ImageTooLargeError otherwise (Pillow's own bomb error above 2 x its limit included)."""
+    size = jpeg_size(data) if data[:2] == _JPEG_SOI else None
+    if size is not None:
+        refuse_too_large(*size, max_pixels)
     try:
-        with Image.open(io.BytesIO(data)) as img:
+        img = Image.open(io.BytesIO(data))
+    except Image.DecompressionBombError as exc:
+        raise ImageTooLargeError(f"{exc}; refused before decoding") from None
+    try:
+        refuse_too_large(*img.size, max_pixels)
+    except ImageTooLargeError:
+        img.close()
+        raise
+    return img
+
+
+def _decode_pil(data: bytes, stats: DecodeStats, max_pixels: int = MAX_PIXELS) -> torch.Tensor:
+    try:
+        with open_header(data, max_pixels) as img:
             if img.mode in ("L", "LA", "I", "I;16", "1"):
                 stats.grey += 1
             # convert() forces the full decode, so truncated files fail here rather than later
             arr = np.array(img.convert("RGB"))
+    except ImageTooLargeError:
+        raise
     except Exception as exc:  # PIL raises many types (OSError, SyntaxError, ValueError, ...)
         raise CorruptImageError(f"cannot decode image ({len(data)} bytes): {exc}") from exc
     return torch.from_numpy(arr).permute(2, 0, 1).contiguous()
 
 
-def _decode_torchvision(data: bytes, stats: DecodeStats) -> torch.Tensor:
+def _decode_torchvision(data: bytes, stats: DecodeStats, max_pixels: int = MAX_PIXELS) -> torch.Tensor:
     from torchvision.io import ImageReadMode, decode_jpeg
 
-    if not data[:2] == _JPEG_SOI:
+    size = jpeg_size(data) if data[:2] == _JPEG_SOI else None
+    if size is None:
         stats.fallback += 1
-        return _decode_pil(data, stats)
+        return _decode_pil(data, stats, max_pixels)
+    refuse_too_large(*size, max_pixels)
     buf = torch.frombuffer(bytearray(data), dtype=torch.uint8)
     try:
         out = decode_jpeg(buf, mode=ImageReadMode.UNCHANGED)
@@ -74,7 +149,7 @@ def _decode_torchvision(data: bytes, stats: DecodeStats) -> torch.Tensor:
         # libjpeg-turbo refuses some files PIL accepts (and vice versa); PIL gets the last word,
         # so a record is only called corrupt when both fail.
         stats.fallback += 1
-        return _decode_pil(data, stats)
+        return _decode_pil(data, stats, max_pixels)
     return out
 
 
@@ -90,8 +165,10 @@ def decode_image(
     decoder: str = "torchvision",
     image_size: int | None = 112,
     stats: DecodeStats | None = None,
+    max_pixels: int = MAX_PIXELS,
 ) -> torch.Tensor:
-    """Decode encoded image bytes to a uint8 [3, S, S] RGB tensor; raise CorruptImageError if unreadable."""
+    """Decode encoded image bytes to a uint8 [3, S, S] RGB tensor; raise CorruptImageError if unreadable, and
+    ImageTooLargeError (before decoding) if its header declares more than ``max_pixels``."""
     decoder = _check_decoder(decoder)
     stats = stats if stats is not None else DecodeStats()
     if isinstance(data, np.ndarray):
@@ -99,7 +176,10 @@ def decode_image(
     data = bytes(data)
     if len(data) == 0:
         raise CorruptImageError("empty image payload")
-    img = _decode_torchvision(data, stats) if decoder == "torchvision" else _decode_pil(data, stats)
+    if decoder == "torchvision":
+        img = _decode_torchvision(data, stats, max_pixels)
+    else:
+        img = _decode_pil(data, stats, max_pixels)
     stats.decoded += 1
     return _fit(img, image_size, stats)
 

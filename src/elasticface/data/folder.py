@@ -15,7 +15,7 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-from elasticface.data.decode import CorruptImageError, DecodeStats, decode_image, resize_uint8
+from elasticface.data.decode import CorruptImageError, DecodeStats, check_max_pixels, decode_image, resize_uint8
 from elasticface.data.faults import DroppedRecord
 from elasticface.data.pairs import PairSet
 
@@ -74,8 +74,10 @@ class ImageFolderFaces(Dataset):
         num_classes: int | None = None,
         decoder: str = "torchvision",
         image_size: int = 112,
+        max_pixels: int | None = None,
     ) -> None:
         self.root = str(root)
+        self.max_pixels = check_max_pixels(max_pixels)
         self.classes, self.paths, self.labels = scan_image_folder(self.root, extensions)
         self.num_classes = len(self.classes)
         if num_classes is not None and int(num_classes) != self.num_classes:
@@ -100,7 +102,7 @@ class ImageFolderFaces(Dataset):
         try:
             with open(path, "rb") as f:
                 data = f.read()
-            img = decode_image(data, self.decoder, self.image_size, self.stats)
+            img = decode_image(data, self.decoder, self.image_size, self.stats, self.max_pixels)
         except (OSError, CorruptImageError) as exc:
             if path not in self.corrupt_paths:
                 self.corrupt_paths.append(path)
@@ -134,8 +136,10 @@ class ImageFiles(Dataset):
     Faces of another size are an error (they were probably not aligned), or resized with `resize=True`.
     """
 
-    def __init__(self, root: str, paths: Sequence[str], image_size: int = 112, resize: bool = False) -> None:
+    def __init__(self, root: str, paths: Sequence[str], image_size: int = 112, resize: bool = False,
+                 max_pixels: int | None = None) -> None:
         self.root, self.paths, self.image_size, self.resize = root, list(paths), image_size, resize
+        self.max_pixels = check_max_pixels(max_pixels)
 
     def __len__(self) -> int:
         return len(self.paths)
@@ -145,9 +149,9 @@ class ImageFiles(Dataset):
         with open(path, "rb") as f:
             data = f.read()
         try:
-            img = decode_image(data, image_size=None)
+            img = decode_image(data, image_size=None, max_pixels=self.max_pixels)
         except CorruptImageError as exc:
-            raise CorruptImageError(f"{path}: {exc}") from exc
+            raise type(exc)(f"{path}: {exc}") from exc
         if img.shape[1:] != (self.image_size, self.image_size):
             if not self.resize:
                 raise ValueError(

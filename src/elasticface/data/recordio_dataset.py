@@ -12,7 +12,7 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-from elasticface.data.decode import CorruptImageError, DecodeStats, decode_image
+from elasticface.data.decode import CorruptImageError, DecodeStats, check_max_pixels, decode_image
 from elasticface.data.faults import DroppedRecord
 from elasticface.data.recordio import (
     LAYOUT,
@@ -43,8 +43,10 @@ class RecordIODataset(Dataset):
         decoder: str = "torchvision",
         image_size: int = 112,
         prefix: str = "train",
+        max_pixels: int | None = None,
     ) -> None:
         self.root = str(root)
+        self.max_pixels = check_max_pixels(max_pixels)
         self.rec_path = os.path.join(self.root, f"{prefix}.rec")
         self.idx_path = os.path.join(self.root, f"{prefix}.idx")
         self.property_path = os.path.join(self.root, "property")
@@ -213,7 +215,7 @@ class RecordIODataset(Dataset):
                 raise CorruptRecordError(
                     f"header label {label} disagrees with the identity ranges ({self.labels[index]})"
                 )
-            img = decode_image(image, self.decoder, self.image_size, self.stats)
+            img = decode_image(image, self.decoder, self.image_size, self.stats, self.max_pixels)
         except (CorruptRecordError, CorruptImageError) as exc:
             if key not in self.corrupt_keys:
                 self.corrupt_keys.append(key)

@@ -25,6 +25,10 @@ log = logging.getLogger(__name__)
 # -- models ----------------------------------------------------------------------------------------------
 
 
+class TorchScriptRefused(ValueError):
+    """A TorchScript model file given without allow_torchscript: it is code, not data."""
+
+
 def load_module(ckpt_path: str, map_location: str | torch.device = "cpu") -> nn.Module:
     """The trained FaceRecognitionModule of a Lightning checkpoint, in eval mode."""
     if not os.path.isfile(ckpt_path):
@@ -98,10 +102,11 @@ def backbone_from_weights(path: str, backbone: str | Mapping[str, Any] | None = 
 
 
 def load_model_file(path: str, device: str | torch.device = "auto", backbone: str | Mapping[str, Any] | None = None,
-                    embedding_size: int | None = None) -> Embedder:
+                    embedding_size: int | None = None, allow_torchscript: bool = False) -> Embedder:
     """An embedding function from any model file, its type detected: a Lightning checkpoint, a backbone
     state_dict (.pth/.pt as insightface and ElasticFace release them; ``backbone`` names the architecture,
-    else it is inferred), a TorchScript file or an ONNX file (onnxruntime)."""
+    else it is inferred), a TorchScript file (only with ``allow_torchscript``: it is a program) or an ONNX
+    file (onnxruntime)."""
     from elasticface.backbones.weights import file_kind
 
     device = resolve_device(device)
@@ -109,6 +114,11 @@ def load_model_file(path: str, device: str | torch.device = "auto", backbone: st
     if kind == "onnx":
         return OnnxEmbedder(path, device)
     if kind == "torchscript":
+        if not allow_torchscript:
+            raise TorchScriptRefused(
+                f"{path}: a TorchScript file, which is a program: loading it runs the code it holds, so it is not "
+                f"opened unless you trust where it comes from and say so with allow_torchscript=true "
+                f"(--allow-torchscript). A Lightning .ckpt, a backbone .pth/.pt or an .onnx file needs no option")
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=".*torch.jit.*deprecated", category=FutureWarning)
             return torch.jit.load(path, map_location=device).eval()
@@ -132,11 +142,11 @@ def one_model_file(**options: str | None) -> str:
 
 def load_embedder(ckpt_path: str | None = None, model_path: str | None = None, device: str | torch.device = "auto",
                   weights: str | None = None, backbone: str | Mapping[str, Any] | None = None,
-                  embedding_size: int | None = None) -> Embedder:
+                  embedding_size: int | None = None, allow_torchscript: bool = False) -> Embedder:
     """:func:`load_model_file` of the one file given as ``weights`` (or its older names ``ckpt_path``,
     ``model_path``)."""
     path = one_model_file(weights=weights, ckpt_path=ckpt_path, model_path=model_path)
-    return load_model_file(path, device, backbone, embedding_size)
+    return load_model_file(path, device, backbone, embedding_size, allow_torchscript)
 
 
 # -- a folder of aligned faces ---------------------------------------------------------------------------
@@ -152,11 +162,14 @@ def embed_folder(
     device: str | torch.device = "auto",
     num_workers: int = 0,
     resize: bool = False,
+    max_pixels: int | None = None,
 ) -> tuple[str, str]:
     """Write `out` (.npy, float32 [N, D], L2-normalised unless `normalize=False`) and `out` with a .txt
-    suffix listing the relative image paths, one per line, in row order. Returns both paths."""
+    suffix listing the relative image paths, one per line, in row order. Returns both paths. An image whose header
+    declares more than ``max_pixels`` (None: the default limit) is an error naming it, raised before decoding."""
     paths = list_images(images)
-    emb, idx = embed_dataset(model, ImageFiles(images, paths, resize=resize), batch_size, flip, device, num_workers)
+    files = ImageFiles(images, paths, resize=resize, max_pixels=max_pixels)
+    emb, idx = embed_dataset(model, files, batch_size, flip, device, num_workers)
     emb = emb[torch.argsort(idx)]
     if normalize:
         emb = torch.nn.functional.normalize(emb, dim=1)

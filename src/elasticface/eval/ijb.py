@@ -139,7 +139,13 @@ class IJBImages(Dataset):
         from PIL import Image
 
         path = os.path.join(self.image_dir, self.names[index])
-        with Image.open(path) as im:
+        from elasticface.data.decode import MAX_PIXELS, refuse_too_large
+
+        with Image.open(path) as im:  # reads the header only
+            try:
+                refuse_too_large(*im.size, MAX_PIXELS)
+            except ValueError as exc:
+                raise ValueError(f"{path}: {exc}") from exc
             face = align_face(im.convert("RGB"), self.landmarks[index], self.image_size)
         return torch.from_numpy(np.asarray(face, dtype=np.uint8).copy()).permute(2, 0, 1), index
 

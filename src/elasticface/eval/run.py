@@ -123,7 +123,8 @@ def run(cfg: DictConfig, output_dir: str | None = None) -> list[dict[str, Any]]:
     model_file = one_model_file(
         weights=cfg.get("weights"), ckpt_path=cfg.get("ckpt_path"), model_path=cfg.get("model_path")
     )
-    model = load_model_file(model_file, device, backbone_option(cfg), OmegaConf.select(cfg, "model.embedding_size"))
+    model = load_model_file(model_file, device, backbone_option(cfg), OmegaConf.select(cfg, "model.embedding_size"),
+                            allow_torchscript=bool(cfg.get("allow_torchscript", False)))
     sets = verification_sets(cfg)  # read once the model file is known to be usable
     if not sets and not ijb_cfg.get("root"):
         raise ValueError("nothing to evaluate: set data.val_root=<folder with .bin sets>, "
