@@ -25,7 +25,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     add_version_argument(parser)
     parser.add_argument("src", help="folder of JPEG/PNG photos (searched recursively)")
     parser.add_argument("out", help="output folder: the same layout, plus faces.csv and align_report.csv")
-    parser.add_argument("--all-faces", action=argparse.BooleanOptionalAction, default=False, help="keep every face, not one per photo")
+    parser.add_argument("--all-faces", action=argparse.BooleanOptionalAction, default=False,
+                        help="keep every face, not one per photo")
     parser.add_argument("--pick", choices=("largest", "center"), default="largest",
                         help="the one face kept per photo: the largest box (default) or the one nearest the centre")
     parser.add_argument("--landmarks",

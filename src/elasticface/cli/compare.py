@@ -38,7 +38,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--json", action="store_true", help="one JSON object, for scripts")
     parser.add_argument("--allow-torchscript", action=argparse.BooleanOptionalAction, default=False,
                         help="open a TorchScript model file (a program: it runs the code it holds)")
-    args = parser.parse_args(key_value_args(sys.argv[1:] if argv is None else argv, flags=("flip", "json", "allow-torchscript")))
+    args = parser.parse_args(key_value_args(sys.argv[1:] if argv is None else argv,
+                                            flags=("flip", "json", "allow-torchscript")))
     start(parser.prog, [])
     if args.weights is None:
         parser.error("give the model file: weights=<.ckpt | backbone .pth/.pt | TorchScript | .onnx>")
