@@ -77,7 +77,8 @@ def model_dir(tmp_path_factory):
 
 
 def _run(capsys, *args) -> tuple[int, str, str]:
-    code = compare_main([str(a) for a in args])
+    """The command on the test model, a TorchScript file (a program, so it is opened only when allowed)."""
+    code = compare_main([str(a) for a in args] + ["--allow-torchscript"])
     out = capsys.readouterr()
     return code, out.out, out.err
 
@@ -137,7 +138,7 @@ def test_eval_stores_the_threshold_compare_uses(model_dir, tmp_path, capsys):
     with initialize_config_dir(version_base="1.3", config_dir=str(ROOT / "configs")):
         cfg = compose(config_name="eval", overrides=[f"weights={weights}", f"data.val_root={tmp_path / 'bins'}",
                                                      "data.val_sets=[lfw]", "device=cpu", "num_workers=0",
-                                                     "plots=false"])
+                                                     "plots=false", "allow_torchscript=true"])
     (row,) = run(cfg, output_dir=str(tmp_path / "eval"))
     assert "thresholds for elasticface-compare" in capsys.readouterr().out
     stored = json.loads((tmp_path / "model.pt.thresholds.json").read_text())
@@ -174,7 +175,7 @@ def test_embed_align_embeds_raw_photos(model_dir, tmp_path, capsys):
         (photos / name).write_bytes((root / name).read_bytes())
     out = tmp_path / "emb.npy"
     assert embed_main(["--weights", str(root / "model.pt"), "--images", str(photos), "--out", str(out),
-                       "--align", "--device", "cpu"]) == 0
+                       "--align", "--device", "cpu", "--allow-torchscript"]) == 0
     assert "1 no face" in capsys.readouterr().out
     emb = np.load(out)
     assert (tmp_path / "emb.txt").read_text().split() == ["raw_a.png"]
