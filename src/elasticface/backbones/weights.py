@@ -24,6 +24,8 @@ from typing import Any, Mapping
 import torch
 from torch import Tensor, nn
 
+from .mxnet_params import MXNetParamsError, is_mxnet_params
+from .mxnet_zoo import MXNetModelError, mxnet_state_dict
 from .registry import FACE_BACKBONES
 
 log = logging.getLogger(__name__)
@@ -58,14 +60,22 @@ class WeightsError(ValueError):
 
 def open_model_file(path: str) -> tuple[str, Any]:
     """``(kind, content)``: kind is ``"onnx"``, ``"torchscript"``, ``"lightning"`` (a checkpoint of this project's
-    module) or ``"state_dict"``; content: the state_dict, or None for the other kinds (loaded by their own readers).
+    module), ``"mxnet"`` (insightface's MXNet zoo: ``model-0000.params`` with ``model-symbol.json`` beside it) or
+    ``"state_dict"``; content: the state_dict (an MXNet model converted to insightface's layout), or None for the
+    other kinds (loaded by their own readers).
 
-    TorchScript archives are zip files with a ``code/`` folder and ``constants.pkl``; everything else
-    torch wrote is opened with ``torch.load(weights_only=True)`` (no code runs) and looked at.
+    TorchScript archives are zip files with a ``code/`` folder and ``constants.pkl``; MXNet parameter files start
+    with their NDArray list header; everything else torch wrote is opened with ``torch.load(weights_only=True)``
+    (no code runs) and looked at.
     """
     _check_exists(path)
     if str(path).lower().endswith(".onnx"):
         return "onnx", None
+    if is_mxnet_params(path):
+        try:
+            return "mxnet", mxnet_state_dict(path)[0]
+        except (MXNetParamsError, MXNetModelError) as err:
+            raise WeightsError(str(err)) from err
     if zipfile.is_zipfile(path):
         try:
             archive = zipfile.ZipFile(path)
@@ -159,6 +169,8 @@ def read_state_dict(path: str) -> tuple[dict[str, Tensor], str]:
     kind, obj = open_model_file(path)
     if kind == "lightning":
         raise _lightning_as_weights(path)
+    if kind == "mxnet":
+        return dict(obj), ""
     if kind in ("onnx", "torchscript"):
         raise WeightsError(
             f"{path}: an exported {kind} model, not a state_dict; eval.py and embed run it as it is (weights=...), "
