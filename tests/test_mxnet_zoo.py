@@ -73,6 +73,18 @@ def test_params_file_names_shapes_and_dtypes_follow_the_symbol():
     assert arrays["arg:fc1_weight"].shape == (128, 512) and arrays["arg:pre_fc1_bias"].shape == (128,)
 
 
+def test_every_dtype_and_both_array_versions_read_as_mxnet_wrote_them():
+    want = np.load(DATA / "arrays.npz")
+    v2 = read_mxnet_params(str(DATA / "arrays_v2.params"))
+    v3 = read_mxnet_params(str(DATA / "arrays_v3.params"))
+    got = {**v2, **{f"v3_{k}": v for k, v in v3.items()}}
+    assert sorted(got) == sorted(want.files)
+    for key in want.files:
+        assert got[key].dtype == want[key].dtype and got[key].shape == want[key].shape, key
+        np.testing.assert_array_equal(got[key], want[key])
+    assert v3["scalar"].shape == () and v3["scalar"] == np.float32(3.5)  # a 0-d array under numpy semantics
+
+
 @pytest.mark.parametrize("cut", [0, 12, 20, 40, 1000, -7])
 def test_truncated_params_file_is_refused_with_its_name(cut, tmp_path):
     folder = _copy("y1", tmp_path)

@@ -9,7 +9,8 @@ The layout is MXNet's ``NDArray::Save`` (src/ndarray/ndarray.cc), all little-end
   storage type (0 dense; sparse types carry extra blocks and are refused), the shape (``int32 ndim`` +
   ndim ``int64``), the context (``int32`` device type, ``int32`` device id), ``int32`` dtype flag, then the
   raw data. Older files: magic ``0xF993FAC8`` (v1: no storage type) or no magic at all, where the first
-  ``uint32`` is ndim followed by ``uint32`` dimensions. ndim 0 is an empty (none) array: nothing follows.
+  ``uint32`` is ndim followed by ``uint32`` dimensions. ndim 0 is an empty (none) array: nothing follows; under
+  v3's numpy semantics ndim 0 is a scalar and ndim -1 the none array.
 """
 
 from __future__ import annotations
@@ -60,17 +61,26 @@ def is_mxnet_params(path: str) -> bool:
     return len(head) == 16 and struct.unpack("<QQ", head) == (LIST_MAGIC, 0)
 
 
-def _shape(reader: _Reader, what: str, legacy_ndim: int | None = None) -> tuple[int, ...]:
+def _shape(reader: _Reader, what: str, legacy_ndim: int | None = None,
+           np_shape: bool = False) -> tuple[int, ...] | None:
+    """The shape, or None for MXNet's empty "none" array (ndim 0; under v3's numpy semantics ndim -1, and ndim 0
+    is a scalar)."""
     if legacy_ndim is not None:  # pre-v1 files: the magic was the ndim, dimensions are uint32
         ndim, fmt = legacy_ndim, "I"
     else:
         (ndim,) = reader.unpack("i", f"{what}: ndim")
         fmt = "q"
+    if np_shape and ndim == -1:
+        return None
     if not 0 <= ndim <= _MAX_NDIM:
         raise MXNetParamsError(f"{reader.path}: {what} has {ndim} dimensions at offset {reader.pos}; "
                                f"not an MXNet NDArray (corrupt or foreign file)")
+    if ndim == 0 and not np_shape:
+        return None
     dims = reader.unpack(f"{ndim}{fmt}", f"{what}: shape") if ndim else ()
     if any(d < 0 for d in dims):
+        if np_shape:
+            return None
         raise MXNetParamsError(f"{reader.path}: {what} has an unknown dimension in shape {dims}")
     return tuple(int(d) for d in dims)
 
@@ -87,8 +97,8 @@ def _array(reader: _Reader, index: int) -> np.ndarray | None:
                                    f"{_STORAGE.get(stype, f'storage type {stype}')}; only dense arrays are read")
     elif magic != _V1:
         legacy_ndim = magic
-    shape = _shape(reader, what, legacy_ndim)
-    if not shape:
+    shape = _shape(reader, what, legacy_ndim, np_shape=magic == _V3)
+    if shape is None:
         return None
     reader.unpack("ii", f"{what}: context")
     (flag,) = reader.unpack("i", f"{what}: dtype")

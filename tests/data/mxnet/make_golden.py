@@ -15,6 +15,10 @@ Builds two graphs with insightface's layer names and structure, random weights a
 The embedding BatchNorm ``fc1`` is stored with a random gamma although ``fix_gamma=True`` makes MXNet use 1: a
 reader that loads the stored value fails. ``golden.npz`` holds four RGB uint8 inputs (random noise and smooth
 gradients) and each graph's ``fc1`` output computed by MXNet on them.
+
+``arrays_v2.params`` and ``arrays_v3.params`` hold a few small arrays of every dtype a face model may use, saved
+by ``mx.nd.save`` as it does by default (v2) and under numpy shape semantics (v3, where a 0-d array is a scalar);
+``arrays.npz`` holds the same arrays for the reader's test.
 """
 
 from __future__ import annotations
@@ -143,6 +147,20 @@ def main():
                                  {k: mx.nd.array(v, dtype=dtype) for k, v in auxs.items()})
         print(name, golden[name].shape, "norms", np.linalg.norm(golden[name], axis=1).round(2))
     np.savez(os.path.join(HERE, "golden.npz"), **golden)
+    write_dtype_files(rng)
+
+
+def write_dtype_files(rng):
+    arrays = {f"{dtype}_{i}": rng.normal(0, 100, shape).astype(dtype)
+              for i, shape in enumerate([(2, 3), (4,), (1, 2, 1, 2)])
+              for dtype in ("float32", "float64", "float16", "uint8", "int32", "int8", "int64")}
+    mx.nd.save(os.path.join(HERE, "arrays_v2.params"), {k: mx.nd.array(v, dtype=v.dtype) for k, v in arrays.items()})
+    scalars = {"scalar": np.array(3.5, dtype=np.float32), "empty": np.zeros((0, 3), dtype=np.float32),
+               "matrix": arrays["float32_0"]}
+    with mx.util.np_shape(True):
+        mx.nd.save(os.path.join(HERE, "arrays_v3.params"),
+                   {k: mx.nd.array(v, dtype=v.dtype) for k, v in scalars.items()})
+    np.savez(os.path.join(HERE, "arrays.npz"), **arrays, **{f"v3_{k}": v for k, v in scalars.items()})
 
 
 if __name__ == "__main__":
