@@ -105,3 +105,72 @@ def test_development_list_header_is_one_number(lfw):
     root, pairs = lfw
     pairs.write_text("1\nZico\t2\t3\nDean_Barker\t1\tZico\t3\n")
     assert pairs_from_list(str(pairs), str(root)).issame.tolist() == [True, False]
+
+
+# -- CFP's protocol folder ---------------------------------------------------------------------------------
+
+CFP_FOLDS = {  # fold -> (same 'frontal,profile' lines, diff lines)
+    "01": (["1,1", "2,2"], ["1,3", "3,1"]),
+    "02": (["3,3"], ["2,1"]),
+}
+
+
+@pytest.fixture()
+def cfp(tmp_path):
+    """CFP's layout: Data/Images/<id>/{frontal,profile}/NN.jpg, Protocol/Pair_list_{F,P}.txt, Split/FP/NN/."""
+    root = tmp_path / "cfp-dataset"
+    rng = np.random.default_rng(6)
+    for side in ("F", "P"):
+        lines = []
+        for person in (1, 2, 3):
+            folder = root / "Data" / "Images" / f"{person:03d}" / ("frontal" if side == "F" else "profile")
+            folder.mkdir(parents=True, exist_ok=True)
+            Image.fromarray(rng.integers(0, 256, (112, 112, 3), dtype=np.uint8)).save(folder / "01.jpg")
+            lines.append(f"{person} ../Data/Images/{person:03d}/{folder.name}/01.jpg")
+        (root / "Protocol").mkdir(exist_ok=True)
+        (root / "Protocol" / f"Pair_list_{side}.txt").write_text("\n".join(lines) + "\n")
+    for fold, (same, diff) in CFP_FOLDS.items():
+        (root / "Protocol" / "Split" / "FP" / fold).mkdir(parents=True)
+        (root / "Protocol" / "Split" / "FP" / fold / "same.txt").write_text("\n".join(same) + "\n")
+        (root / "Protocol" / "Split" / "FP" / fold / "diff.txt").write_text("\n".join(diff) + "\n")
+    return root
+
+
+def test_pairs2bin_reads_cfp_fp_protocol(cfp, tmp_path):
+    import pickle
+
+    out = tmp_path / "cfp_fp.bin"
+    assert convert_main(["pairs2bin", str(cfp / "Protocol" / "Split" / "FP"), str(cfp / "Data" / "Images"),
+                         str(out)]) == 0
+    with open(out, "rb") as f:
+        bins, issame = pickle.load(f)  # our own file, written a moment ago
+    photo = {(side, i): (cfp / "Data" / "Images" / f"{i:03d}" / side / "01.jpg").read_bytes()
+             for side in ("frontal", "profile") for i in (1, 2, 3)}
+    want = [(1, 1, True), (2, 2, True), (1, 3, False), (3, 1, False), (3, 3, True), (2, 1, False)]
+    assert issame == [s for _, _, s in want]
+    assert [bytes(b) for b in bins] == [p for f, q, _ in want for p in (photo["frontal", f], photo["profile", q])]
+
+
+def test_cfp_bad_lines_and_indices_are_named(cfp, tmp_path):
+    split = cfp / "Protocol" / "Split" / "FP"
+    images = str(cfp / "Data" / "Images")
+    (split / "02" / "diff.txt").write_text("2,1\n2;1\n")
+    with pytest.raises(ValueError, match=r"02/diff.txt:2: expected 'i,j' \(two photo indices\), got '2;1'"):
+        pairs_from_list(str(split), images)
+    (split / "02" / "diff.txt").write_text("2,9\n")
+    with pytest.raises(ValueError, match=r"02/diff.txt:1: photo index 9 is not in .*Pair_list_P.txt"):
+        pairs_from_list(str(split), images)
+    (split / "02" / "diff.txt").write_text("2,1\n")
+    (cfp / "Data" / "Images" / "003" / "profile" / "01.jpg").unlink()
+    with pytest.raises(FileNotFoundError, match=r"01/diff.txt:1: photo .*003/profile/01.jpg not found"):
+        pairs_from_list(str(split), images)
+
+
+def test_cfp_ff_pairs_two_frontal_photos(cfp):
+    split = cfp / "Protocol" / "Split" / "FF"
+    (split / "01").mkdir(parents=True)
+    (split / "01" / "same.txt").write_text("1,1\n")
+    (split / "01" / "diff.txt").write_text("1,2\n")
+    pairs = pairs_from_list(str(split), str(cfp / "Data" / "Images"))
+    assert pairs.issame.tolist() == [True, False]
+    assert pairs.raw(3) == (cfp / "Data" / "Images" / "002" / "frontal" / "01.jpg").read_bytes()

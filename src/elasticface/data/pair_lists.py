@@ -1,4 +1,4 @@
-"""Text lists of verification pairs: this package's ``path1 path2 0|1`` and LFW's own ``pairs.txt``.
+"""Text lists of verification pairs: this package's ``path1 path2 0|1``, LFW's own ``pairs.txt`` and CFP's protocol.
 
 LFW's ``pairs.txt`` (and ``pairsDevTrain.txt`` / ``pairsDevTest.txt``) is the benchmark's published form:
 
@@ -8,8 +8,18 @@ LFW's ``pairs.txt`` (and ``pairsDevTrain.txt`` / ``pairsDevTest.txt``) is the be
 - photo ``n`` of ``name`` is ``<root>/<name>/<name>_<nnnn>.jpg`` (4 digits), the layout LFW ships and
   ``elasticface-align`` keeps (``.png`` and ``.jpeg`` are accepted where the aligned copy changed the suffix).
 
-The order of the list is kept, so the 10 folds of the evaluation are LFW's own identity-disjoint folds.
-Every error names the file and the line.
+CFP (Sengupta et al., "Frontal to Profile Face Verification in the Wild", 2016) ships its protocol as a folder:
+
+- ``Protocol/Pair_list_F.txt`` and ``Protocol/Pair_list_P.txt``: ``index path`` per line, the frontal and the
+  profile photos, paths relative to ``Protocol/`` (``../Data/Images/001/frontal/01.jpg``);
+- ``Protocol/Split/FP/01 .. 10/same.txt`` and ``diff.txt``: ``i,j`` per line, frontal photo i against profile
+  photo j (350 of each per fold); ``Split/FF`` the same with two frontal photos.
+
+Pass the split folder (``cfp-dataset/Protocol/Split/FP``) as the pairs file and the folder that holds the
+photos in ``Data/Images``' layout (``<id>/frontal/01.jpg``; the original or an aligned copy) as the image root.
+
+The order of the lists is kept (CFP: per fold its same pairs, then its different pairs), so the 10 folds of the
+evaluation are the benchmarks' own identity-disjoint folds. Every error names the file and the line.
 """
 
 from __future__ import annotations
@@ -36,9 +46,11 @@ def read_pair_list(pairs_file: str, image_root: str) -> tuple[list[str], list[bo
     """``(paths, issame)`` of a pairs list: 2P image paths (pair i is ``paths[2i], paths[2i+1]``) and P labels.
 
     The format is told by the first line: an LFW header, or a ``path1 path2 0|1`` line (paths relative to
-    ``image_root``). Every image must exist.
+    ``image_root``); a CFP split folder (``Protocol/Split/FP``) is read as CFP's protocol. Every image must exist.
     """
     pairs_file, image_root = str(pairs_file), str(image_root)
+    if os.path.isdir(pairs_file) and os.path.isfile(os.path.join(pairs_file, "01", "same.txt")):
+        return _cfp(pairs_file, image_root)
     if not os.path.isfile(pairs_file):
         raise FileNotFoundError(f"pairs file {pairs_file} not found; expected lines 'path1 path2 0|1' or LFW's "
                                 f"pairs.txt")
@@ -72,9 +84,9 @@ def _lfw_photo(pairs_file: str, lineno: int, image_root: str, name: str, number:
     if not number.isdigit() or int(number) < 1:
         raise ValueError(f"{pairs_file}:{lineno}: photo number {number!r} of {name} is not a positive integer")
     stem = os.path.join(image_root, name, f"{name}_{int(number):04d}")
-    for suffix in _SUFFIXES:
-        if os.path.isfile(stem + suffix):
-            return stem + suffix
+    found = _existing(stem + ".jpg")
+    if found is not None:
+        return found
     raise FileNotFoundError(f"{pairs_file}:{lineno}: photo {stem}.jpg not found (LFW layout: "
                             f"<image_root>/<name>/<name>_<nnnn>.jpg, image_root {image_root})")
 
@@ -107,4 +119,66 @@ def _lfw(pairs_file: str, image_root: str, lines: list[tuple[int, str]]) -> tupl
             raise ValueError(f"{pairs_file}:{lineno}: expected {want} (fold {fold + 1}, pair {within + 1} of "
                              f"{2 * per_fold}), got {line[:120]!r}")
         issame.append(matched)
+    return paths, issame
+
+
+def _existing(stem_or_path: str) -> str | None:
+    """The path itself if it exists, else the same stem with another image suffix (an aligned copy may be .png)."""
+    if os.path.isfile(stem_or_path):
+        return stem_or_path
+    stem = os.path.splitext(stem_or_path)[0]
+    return next((stem + s for s in _SUFFIXES if os.path.isfile(stem + s)), None)
+
+
+def _cfp_photos(list_file: str, protocol: str, image_root: str) -> dict[int, str]:
+    """``{index: photo path under image_root}`` of a CFP ``Pair_list_*.txt``."""
+    if not os.path.isfile(list_file):
+        raise FileNotFoundError(f"{list_file} not found; a CFP split folder lies in <cfp>/Protocol/Split/<FP|FF>, "
+                                f"beside Protocol/Pair_list_F.txt and Pair_list_P.txt")
+    images = os.path.normpath(os.path.join(protocol, "..", "Data", "Images"))
+    photos: dict[int, str] = {}
+    for lineno, line in _lines(list_file):
+        parts = line.split()
+        if len(parts) != 2 or not parts[0].isdigit():
+            raise ValueError(f"{list_file}:{lineno}: expected 'index path', got {line[:120]!r}")
+        relative = os.path.relpath(os.path.normpath(os.path.join(protocol, parts[1])), images)
+        if relative.startswith(".."):
+            raise ValueError(f"{list_file}:{lineno}: photo {parts[1]} is not under the dataset's Data/Images")
+        photos[int(parts[0])] = os.path.join(image_root, relative)
+    return photos
+
+
+def _cfp(split_dir: str, image_root: str) -> tuple[list[str], list[bool]]:
+    protocol = os.path.normpath(os.path.join(split_dir, "..", ".."))
+    frontal_list = os.path.join(protocol, "Pair_list_F.txt")
+    frontal = _cfp_photos(frontal_list, protocol, image_root)
+    second_list = frontal_list if os.path.basename(os.path.normpath(split_dir)) == "FF" \
+        else os.path.join(protocol, "Pair_list_P.txt")
+    second = frontal if second_list == frontal_list else _cfp_photos(second_list, protocol, image_root)
+    folds = sorted(d for d in os.listdir(split_dir) if d.isdigit())
+    if folds != [f"{i:02d}" for i in range(1, len(folds) + 1)]:
+        raise ValueError(f"{split_dir}: expected fold folders 01, 02, ... (CFP has 01 to 10), found {folds}")
+    paths: list[str] = []
+    issame: list[bool] = []
+    for fold in folds:
+        for kind, same in (("same.txt", True), ("diff.txt", False)):
+            list_path = os.path.join(split_dir, fold, kind)
+            if not os.path.isfile(list_path):
+                raise FileNotFoundError(f"{list_path} not found; each CFP fold folder holds same.txt and diff.txt")
+            for lineno, line in _lines(list_path):
+                parts = [p.strip() for p in line.split(",")]
+                if len(parts) != 2 or not all(p.isdigit() for p in parts):
+                    raise ValueError(f"{list_path}:{lineno}: expected 'i,j' (two photo indices), got {line[:120]!r}")
+                sides = ((int(parts[0]), frontal, frontal_list), (int(parts[1]), second, second_list))
+                for index, table, name in sides:
+                    if index not in table:
+                        raise ValueError(f"{list_path}:{lineno}: photo index {index} is not in {name}")
+                    found = _existing(table[index])
+                    if found is None:
+                        raise FileNotFoundError(f"{list_path}:{lineno}: photo {table[index]} not found (image root "
+                                                f"{image_root}, in the layout of CFP's Data/Images)")
+                    paths.append(found)
+                issame.append(same)
+    if not issame:
+        raise ValueError(f"{split_dir}: the CFP split lists no pairs")
     return paths, issame
