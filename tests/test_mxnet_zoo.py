@@ -73,6 +73,16 @@ def test_params_file_names_shapes_and_dtypes_follow_the_symbol():
     assert arrays["arg:fc1_weight"].shape == (128, 512) and arrays["arg:pre_fc1_bias"].shape == (128,)
 
 
+def test_mobilefacenet_y1_has_the_parameters_of_mxnets_y1():
+    """MXNet's y1 learns the same tensors, plus the embedding Linear's bias that the conversion folds away."""
+    import timm
+
+    arrays = read_mxnet_params(str(DATA / "y1" / "model-0000.params"))
+    mxnet_count = sum(a.size for k, a in arrays.items() if k.startswith("arg:"))
+    model = timm.create_model("mobilefacenet_y1")
+    assert sum(p.numel() for p in model.parameters()) == mxnet_count - arrays["arg:pre_fc1_bias"].size == 1_003_136
+
+
 def test_every_dtype_and_both_array_versions_read_as_mxnet_wrote_them():
     want = np.load(DATA / "arrays.npz")
     v2 = read_mxnet_params(str(DATA / "arrays_v2.params"))
