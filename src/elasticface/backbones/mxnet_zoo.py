@@ -236,8 +236,9 @@ def mxnet_state_dict(params_path: str, symbol_path: str | None = None) -> tuple[
     for i in _subgraph(nodes, names["fc1"]):
         node = nodes[i]
         if node.op not in _KNOWN_OPS:
+            hint = " (this package's backbones use PReLU)" if node.op == "Activation" else ""
             raise MXNetModelError(f"{symbol_path}: layer {node.name} is a {node.op}, which the {arch.name} mapping "
-                                  f"does not know")
+                                  f"does not know{hint}")
         if node.op == "LeakyReLU" and node.attrs.get("act_type", "leaky") != "prelu":
             raise MXNetModelError(f"{symbol_path}: layer {node.name} is a {node.attrs.get('act_type', 'leaky')} "
                                   f"activation; this package's backbones use PReLU")
