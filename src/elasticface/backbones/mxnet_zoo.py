@@ -31,6 +31,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
+from .layout import layout_of, match_backbone
 from .mxnet_params import read_mxnet_params
 
 __all__ = ["MXNetModelError", "mxnet_state_dict", "symbol_path_for"]
@@ -292,7 +293,6 @@ def _check_geometry(state: dict[str, Tensor], convs: dict[str, _Node], path: str
 
     from .iresnet import IResNet
     from .mobilefacenet import MobileFaceNet
-    from .weights import layout_of, match_backbone
 
     layout = layout_of(state)
     name = match_backbone(layout)
