@@ -24,6 +24,7 @@ __all__ = ["MobileFaceNet"]
 default_cfgs: Dict[str, Dict[str, Any]] = {
     "mobilefacenet": face_cfg(first_conv="layers.0.layers.0"),
     "mobilefacenet_large": face_cfg(first_conv="layers.0.layers.0"),
+    "mobilefacenet_y1": face_cfg(first_conv="layers.0.layers.0"),
 }
 
 _Pair = Union[int, Tuple[int, int]]
@@ -215,3 +216,15 @@ def mobilefacenet_large(pretrained: bool = False, **kwargs: Any) -> MobileFaceNe
     kwargs.setdefault("blocks", (2, 8, 12, 4))
     kwargs.setdefault("scale", 4)
     return _create_mobilefacenet("mobilefacenet_large", pretrained, **kwargs)
+
+
+@register_face_model
+def mobilefacenet_y1(pretrained: bool = False, **kwargs: Any) -> MobileFaceNet:
+    """insightface's MXNet MobileFaceNet "y1" (blocks (1, 4, 6, 2), width x1: 64/128 channels, 128-d GDC output).
+
+    The layout of the released ``model-y1`` (LFW 99.50); its MXNet files load through ``weights=model-0000.params``.
+    """
+    kwargs.setdefault("blocks", (1, 4, 6, 2))
+    kwargs.setdefault("scale", 1)
+    kwargs.setdefault("embedding_size", 128)
+    return _create_mobilefacenet("mobilefacenet_y1", pretrained, **kwargs)

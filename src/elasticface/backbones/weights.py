@@ -11,7 +11,6 @@ here runs before a caller reads any data.
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import logging
 import os
@@ -24,6 +23,9 @@ from typing import Any, Mapping
 import torch
 from torch import Tensor, nn
 
+from .layout import Layout, _at, layout_of, match_backbone
+from .mxnet_params import MXNetParamsError, is_mxnet_params
+from .mxnet_zoo import MXNetModelError, mxnet_state_dict
 from .registry import FACE_BACKBONES
 from elasticface.utils.remote import refuse_remote
 
@@ -59,14 +61,22 @@ class WeightsError(ValueError):
 
 def open_model_file(path: str) -> tuple[str, Any]:
     """``(kind, content)``: kind is ``"onnx"``, ``"torchscript"``, ``"lightning"`` (a checkpoint of this project's
-    module) or ``"state_dict"``; content: the state_dict, or None for the other kinds (loaded by their own readers).
+    module), ``"mxnet"`` (insightface's MXNet zoo: ``model-0000.params`` with ``model-symbol.json`` beside it) or
+    ``"state_dict"``; content: the state_dict (an MXNet model converted to insightface's layout), or None for the
+    other kinds (loaded by their own readers).
 
-    TorchScript archives are zip files with a ``code/`` folder and ``constants.pkl``; everything else
-    torch wrote is opened with ``torch.load(weights_only=True)`` (no code runs) and looked at.
+    TorchScript archives are zip files with a ``code/`` folder and ``constants.pkl``; MXNet parameter files start
+    with their NDArray list header; everything else torch wrote is opened with ``torch.load(weights_only=True)``
+    (no code runs) and looked at.
     """
     _check_exists(path)
     if str(path).lower().endswith(".onnx"):
         return "onnx", None
+    if is_mxnet_params(path):
+        try:
+            return "mxnet", mxnet_state_dict(path)[0]
+        except (MXNetParamsError, MXNetModelError) as err:
+            raise WeightsError(str(err)) from err
     if zipfile.is_zipfile(path):
         try:
             archive = zipfile.ZipFile(path)
@@ -161,6 +171,8 @@ def read_state_dict(path: str) -> tuple[dict[str, Tensor], str]:
     kind, obj = open_model_file(path)
     if kind == "lightning":
         raise _lightning_as_weights(path)
+    if kind == "mxnet":
+        return dict(obj), ""
     if kind in ("onnx", "torchscript"):
         raise WeightsError(
             f"{path}: an exported {kind} model, not a state_dict; eval.py and embed run it as it is (weights=...), "
@@ -183,79 +195,6 @@ def file_sha256(path: str) -> str:
 
 
 # -- which architecture a state_dict is ------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Layout:
-    """What the shapes of a state_dict say about its architecture."""
-
-    family: str                       # "iresnet", "mobilefacenet", "timm+neck" or "unknown"
-    blocks: tuple[int, ...] = ()      # blocks per stage (iresnet) / per residual group (mobilefacenet)
-    widths: tuple[int, ...] = ()      # stage widths (iresnet) / first conv width (mobilefacenet)
-    embedding_size: int | None = None
-    se: bool = False                  # ElasticFace's SE=True squeeze-excitation blocks
-
-    def __str__(self) -> str:
-        if self.family == "unknown":
-            return "an architecture that is neither an iresnet nor a mobilefacenet"
-        parts = [self.family]
-        if self.blocks:
-            parts.append(f"blocks {self.blocks}")
-        if self.widths:
-            parts.append(f"widths {self.widths}")
-        if self.embedding_size is not None:
-            parts.append(f"{self.embedding_size}-d embedding")
-        if self.se:
-            parts.append("SE blocks")
-        return ", ".join(parts)
-
-
-def _count(state: Mapping[str, Any], pattern: str) -> int:
-    found = {int(m.group(1)) for k in state if (m := re.match(pattern, k))}
-    return max(found) + 1 if found else 0
-
-
-def layout_of(state: Mapping[str, Tensor]) -> Layout:
-    """Read blocks per stage, widths, embedding size and SE blocks off the keys and shapes."""
-    def dim(key: str) -> int | None:
-        return int(state[key].shape[0]) if key in state and state[key].ndim >= 1 else None
-
-    if "conv1.weight" in state and "layer1.0.conv1.weight" in state:
-        blocks = tuple(_count(state, rf"layer{s}\.(\d+)\.") for s in range(1, 5))
-        widths = tuple(dim(f"layer{s}.0.conv1.weight") or 0 for s in range(1, 5))
-        embedding = dim("fc.weight") or dim("features.running_mean")
-        return Layout("iresnet", blocks, widths, embedding, se=any(".se_block." in k for k in state))
-    if "layers.0.layers.0.weight" in state and "conv_sep.layers.0.weight" in state:
-        first = 1 if "layers.1.layers.0.weight" in state else _count(state, r"layers\.1\.layers\.(\d+)\.layers\.")
-        blocks = (first, *(_count(state, rf"layers\.{i}\.layers\.(\d+)\.layers\.") for i in (3, 5, 7)))
-        return Layout("mobilefacenet", blocks, (dim("layers.0.layers.0.weight") or 0,), dim("features.layers.2.weight"))
-    if any(k.startswith("body.") for k in state) and "neck.fc.weight" in state:
-        return Layout("timm+neck", embedding_size=dim("neck.fc.weight"))
-    return Layout("unknown")
-
-
-@functools.lru_cache(maxsize=None)
-def _known_layouts() -> dict[Layout, str]:
-    """Layout (at embedding size 512) of every face backbone this package registers, built on the meta device."""
-    import timm
-
-    layouts: dict[Layout, str] = {}
-    for name in FACE_BACKBONES:
-        with torch.device("meta"):
-            layout = layout_of(timm.create_model(name).state_dict())
-        layouts.setdefault(_at(layout, 512), name)
-    return layouts
-
-
-def _at(layout: Layout, embedding_size: int | None) -> Layout:
-    return Layout(layout.family, layout.blocks, layout.widths, embedding_size, layout.se)
-
-
-def match_backbone(layout: Layout) -> str | None:
-    """The registered face backbone with this layout (any embedding size, no SE), or None."""
-    if layout.se:
-        return None
-    return _known_layouts().get(_at(layout, 512))
 
 
 def infer_backbone(state: Mapping[str, Tensor], path: str) -> str:

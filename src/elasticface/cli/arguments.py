@@ -36,7 +36,8 @@ def add_model_file_arguments(parser: argparse.ArgumentParser) -> None:
     """The model-file options embed and export share: one file, its type detected, and its architecture."""
     parser.add_argument("--weights", "--ckpt", "--model", dest="weights",
                         help="model file: Lightning .ckpt, backbone state_dict .pth/.pt (insightface / ElasticFace "
-                             "layout, `module.` prefix or not), TorchScript or .onnx; --ckpt and --model are the same")
+                             "layout, `module.` prefix or not), insightface's MXNet model-0000.params (with "
+                             "model-symbol.json beside it), TorchScript or .onnx; --ckpt and --model are the same")
     parser.add_argument("--backbone", help="architecture of a state_dict (iresnet100, mobilefacenet, any timm name); "
                                            "default: inferred from its tensors")
     parser.add_argument("--embedding-size", type=int, help="embedding size of a state_dict (default: the file's)")

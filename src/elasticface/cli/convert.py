@@ -2,7 +2,9 @@
 
     elasticface-convert folder2rec IMAGE_ROOT OUT_DIR      # -> OUT_DIR/train.rec/.idx/property
     elasticface-convert rec2folder REC_ROOT OUT_DIR        # -> OUT_DIR/<label>/<key>.jpg
-    elasticface-convert pairs2bin PAIRS IMAGE_ROOT OUT.bin # 'path1 path2 0|1' -> insightface .bin
+    elasticface-convert pairs2bin PAIRS IMAGE_ROOT OUT.bin # 'path1 path2 0|1' list -> insightface .bin
+    elasticface-convert pairs2bin pairs.txt lfw_aligned/ lfw.bin   # LFW's own pairs.txt, <Name>/<Name>_0001.jpg
+    elasticface-convert pairs2bin cfp/Protocol/Split/FP cfp_aligned/ cfp_fp.bin   # CFP's protocol folder
     elasticface-convert reindex REC_ROOT                   # rebuild a lost train.idx (im2rec order)
 
 The same command as `python -m elasticface.cli.convert` (and the older `python -m elasticface.data.convert`).
@@ -33,9 +35,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("rec_root")
     p.add_argument("out_dir")
     p.add_argument("--prefix", default="train")
-    p = sub.add_parser("pairs2bin", help="pairs list 'path1 path2 0|1' -> insightface .bin")
-    p.add_argument("pairs_file")
-    p.add_argument("image_root")
+    p = sub.add_parser("pairs2bin", help="pairs list ('path1 path2 0|1', LFW's pairs.txt or CFP's split folder) "
+                                         "-> insightface .bin")
+    p.add_argument("pairs_file", help="'path1 path2 0|1' lines, LFW's pairs.txt (header '10 300', then "
+                                      "'name n1 n2' and 'name1 n1 name2 n2' lines), or CFP's Protocol/Split/FP|FF")
+    p.add_argument("image_root", help="the folder the paths are relative to; for LFW's pairs.txt an LFW-layout "
+                                      "folder <Name>/<Name>_0001.jpg, for CFP a folder in Data/Images' layout")
     p.add_argument("out_path")
     p.add_argument("--image-size", type=int, default=112)
     p.add_argument("--quality", type=int, default=95)

@@ -1,4 +1,4 @@
-"""Verification pairs stored in files: insightface `.bin` sets and `path1 path2 0|1` pairs lists.
+"""Verification pairs stored in files: insightface `.bin` sets and pairs lists (`path1 path2 0|1`, LFW's pairs.txt).
 
 Both become an `EncodedPairSet` (a `PairSet` that keeps images encoded and decodes per item).
 """
@@ -215,29 +215,11 @@ def pairs_from_list(
     image_size: int | None = 112,
     decoder: str = "torchvision",
 ) -> EncodedPairSet:
-    """A pair set from a text file of `path1 path2 0|1` lines (paths relative to `image_root`)."""
+    """A pair set from a text file of `path1 path2 0|1` lines (paths relative to `image_root`) or LFW's own
+    `pairs.txt` against an LFW-layout folder (`elasticface.data.pair_lists`)."""
+    from elasticface.data.pair_lists import read_pair_list
+
     pairs_file, image_root = str(pairs_file), str(image_root)
     name = name or os.path.splitext(os.path.basename(pairs_file))[0]
-    if not os.path.isfile(pairs_file):
-        raise FileNotFoundError(f"pairs file {pairs_file} not found; expected lines 'path1 path2 0|1'")
-    paths: list[str] = []
-    issame: list[bool] = []
-    with open(pairs_file) as f:
-        for lineno, line in enumerate(f, 1):
-            line = line.strip()
-            if not line or line.startswith("#"):
-                continue
-            parts = line.split()
-            if len(parts) != 3 or parts[2] not in ("0", "1"):
-                raise ValueError(f"{pairs_file}:{lineno}: expected 'path1 path2 0|1', got {line[:120]!r}")
-            for p in parts[:2]:
-                full = p if os.path.isabs(p) else os.path.join(image_root, p)
-                if not os.path.isfile(full):
-                    raise FileNotFoundError(
-                        f"{pairs_file}:{lineno}: image {full} not found (paths are relative to {image_root})"
-                    )
-                paths.append(full)
-            issame.append(parts[2] == "1")
-    if not issame:
-        raise ValueError(f"pairs file {pairs_file} lists no pairs; expected lines 'path1 path2 0|1'")
+    paths, issame = read_pair_list(pairs_file, image_root)
     return EncodedPairSet(name, paths, issame, image_size=image_size, decoder=decoder, source=pairs_file)

@@ -88,7 +88,7 @@ def backbone_from_weights(path: str, backbone: str | Mapping[str, Any] | None = 
     state = read_state_dict(path)
     layout = layout_of(state[0])
     spec: dict[str, Any] = dict(backbone) if isinstance(backbone, Mapping) else ({"name": backbone} if backbone else {})
-    if not spec.get("name"):
+    if not spec.get("name") and "_target_" not in spec:
         spec["name"] = infer_backbone(state[0], path)
         print(f"{path}: architecture inferred from its tensors: {spec['name']} ({layout}); "
               f"name it with backbone=<option> to skip the guess")

@@ -63,14 +63,15 @@ def load_for_export(ckpt_path: str, image_size: int = 112) -> nn.Module:
 
 def load_backbone_for_export(path: str, backbone: str | None = None, embedding_size: int | None = None,
                              image_size: int = 112) -> nn.Module:
-    """The embedding model of a Lightning checkpoint or a backbone state_dict, as an eval-mode nn.Module."""
+    """The embedding model of a Lightning checkpoint, a backbone state_dict or an MXNet zoo model, as an eval-mode
+    nn.Module."""
     from elasticface.backbones.weights import WeightsError, file_kind
     from elasticface.eval.embed import backbone_from_weights
 
     kind = file_kind(path)
     if kind == "lightning":
         return load_for_export(path, image_size)
-    if kind == "state_dict":
+    if kind in ("state_dict", "mxnet"):
         return backbone_from_weights(path, backbone, embedding_size)
     raise WeightsError(f"{path}: already an exported {kind} model; export needs the weights: a Lightning .ckpt "
                        f"or a backbone state_dict .pth/.pt")
