@@ -12,6 +12,7 @@ from omegaconf import DictConfig
 
 from elasticface.cli.compose import compose_train  # noqa: F401  (the tests import it from here)
 from elasticface.cli.resolvers import register_resolvers
+from elasticface.utils.threads import ThreadChoice, choose_threads
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG_DIR = str(ROOT / "configs")
@@ -32,16 +33,29 @@ def tiny_cfg(tmp_path):
     return make
 
 
-@pytest.fixture(autouse=True)
-def _single_thread_when_parallel():
-    """At most 2 torch threads, and no more than the cores each xdist worker has, here and in the commands the
-    tests start: 2 workers with 2 threads each on 2 cores ran a 3,000-step toy run 30x slower (every parallel
-    op waits for a descheduled thread)."""
+def _test_threads() -> ThreadChoice:
+    """Torch threads per test process, chosen once at start-up (before any test sets OMP_NUM_THREADS): the
+    project's rule (elasticface.utils.threads) with the xdist workers as the processes sharing the cores, and at
+    most 2 (the tests' tensors are small). 2 workers with 2 threads each on 2 cores ran a 3,000-step toy run 30x
+    slower: every parallel op waits for a descheduled thread."""
     workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
-    threads = max(1, min(2, (os.cpu_count() or 1) // workers))
-    torch.set_num_threads(threads)
-    if workers > 1:
-        os.environ["OMP_NUM_THREADS"] = str(threads)
+    choice = choose_threads(processes=workers, setting="tests")
+    return ThreadChoice(min(2, choice.threads), choice.reason)
+
+
+TEST_THREADS = _test_threads()
+
+
+def pytest_report_header(config) -> str:
+    return f"torch threads per test process: {TEST_THREADS.threads} ({TEST_THREADS.reason})"
+
+
+@pytest.fixture(autouse=True)
+def _threads_per_test():
+    """Every test starts with the same thread count and OMP_NUM_THREADS (for the commands it starts), whatever
+    an earlier test (an in-process training run sets trainer.threads) left behind."""
+    torch.set_num_threads(TEST_THREADS.threads)
+    os.environ["OMP_NUM_THREADS"] = str(TEST_THREADS.threads)
     yield
 
 
