@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import os
+import random
 import shutil
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from omegaconf import DictConfig
@@ -51,12 +53,20 @@ def pytest_report_header(config) -> str:
 
 
 @pytest.fixture(autouse=True)
-def _threads_per_test():
-    """Every test starts with the same thread count and OMP_NUM_THREADS (for the commands it starts), whatever
-    an earlier test (an in-process training run sets trainer.threads) left behind."""
+def _same_start_for_every_test():
+    """Every test starts from the same process state whatever ran before it (`make test-matrix` runs the tests
+    in a random order): the thread count and OMP_NUM_THREADS (for the commands a test starts; an in-process
+    training run sets trainer.threads), the environment (Lightning's seed_everything sets PL_GLOBAL_SEED and
+    PL_SEED_WORKERS, which later Trainers read), and the global random states a test may draw from unseeded."""
+    environ = dict(os.environ)
     torch.set_num_threads(TEST_THREADS.threads)
     os.environ["OMP_NUM_THREADS"] = str(TEST_THREADS.threads)
+    random.seed(0)
+    np.random.seed(0)
+    torch.manual_seed(0)
     yield
+    os.environ.clear()
+    os.environ.update(environ)
 
 
 @pytest.fixture(scope="session")

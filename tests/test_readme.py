@@ -33,6 +33,7 @@ SKIP = {
     "make test": "the test suite itself",
     "make test-all": "the test suite itself",
     "make test-slow": "the test suite itself",
+    "make test-matrix": "the test suite itself (under several thread counts, kernels and orders)",
     "make install": "ran before the tests",
 }
 #: overrides that mean a command needs a GPU, a cluster or data that cannot exist here: composed with --cfg job
