@@ -72,8 +72,8 @@ test-matrix: $(STAMP)
 	$(MATRIX) OMP_NUM_THREADS=2 ATEN_CPU_CAPABILITY=default $(MATRIX_PYTEST) -n 1
 	@echo "== 1 thread per worker, -n 2, numpy at its AVX2 kernels, torch's own"
 	$(MATRIX) OMP_NUM_THREADS=1 NPY_ENABLE_CPU_FEATURES="$(NPY_AVX2)" $(MATRIX_PYTEST) -n 2
-	@echo "== random order, seed $(MATRIX_SEED) (repeat: make test-matrix MATRIX_SEED=$(MATRIX_SEED)), 2 threads, -n 1"
-	$(MATRIX) OMP_NUM_THREADS=2 $(MATRIX_PYTEST) -n 1 --random-order-bucket=global --random-order-seed=$(MATRIX_SEED)
+	@echo "== random order, seed $(MATRIX_SEED) (repeat: make test-matrix MATRIX_SEED=$(MATRIX_SEED)), 1 thread per worker, -n 2"
+	$(MATRIX) OMP_NUM_THREADS=1 $(MATRIX_PYTEST) -n 2 --random-order-bucket=global --random-order-seed=$(MATRIX_SEED)
 
 test-all: $(STAMP)
 	cd $(ROOT) && $(PY) -m pytest -q
