@@ -20,12 +20,13 @@ BENCH_HEADS := --classes 20000
 endif
 DIR ?=
 
-.PHONY: install train test test-all test-slow lint format docs docs-serve bench sweep-demo report clean help
+.PHONY: install train test test-matrix test-all test-slow lint format docs docs-serve bench sweep-demo report clean help
 
 help:
 	@echo "make train                                          train on synthetic faces (CPU is fine)"
 	@echo "make train ARGS='head=elastic_arc_plus sigma=0.0175'  the same with overrides"
 	@echo "make test                                           fast test suite (no GPU, no network)"
+	@echo "make test-matrix                                    the fast suite under other thread counts, SIMD kernels and test orders"
 	@echo "make test-slow                                      the slow tests (several processes, kill and resume)"
 	@echo "make test-all                                       every test, slow ones included"
 	@echo "make lint                                           ruff check and the import layers (CI runs it)"
@@ -52,6 +53,30 @@ train: $(STAMP)
 # two workers: the 2-core machines this must fit (5 minutes) have nothing else to do meanwhile
 test: $(STAMP)
 	cd $(ROOT) && $(PY) -m pytest -n 2 -m "not slow and not gpu" -q
+
+# The fast suite under the thread counts, SIMD kernels and test orders other machines give it (docs/testing.md);
+# not part of `make test`. Not every combination: each axis is covered by at least one cell:
+#   torch threads per worker 1 and 2 (OMP_NUM_THREADS; with -n 2 on 2 cores the tests clamp 2 to 1),
+#   -n 1 and -n 2, ATEN_CPU_CAPABILITY default / avx2 / the machine's own (unset),
+#   numpy limited to its AVX2 kernels (NPY_ENABLE_CPU_FEATURES: x86 only), and a random test order whose seed
+#   is printed (pytest-random-order; MATRIX_SEED=<n> repeats one). TESTS=<files> runs the cells on those files.
+ifndef MATRIX_SEED
+MATRIX_SEED := $(shell od -An -N2 -tu2 /dev/urandom | tr -d ' ')
+endif
+NPY_AVX2 := SSE SSE2 SSE3 SSSE3 SSE41 POPCNT SSE42 AVX F16C FMA3 AVX2
+TESTS ?=
+MATRIX := cd $(ROOT) && env
+MATRIX_PYTEST := $(PY) -m pytest -m "not slow and not gpu" -q -p no:cacheprovider $(TESTS)
+
+test-matrix: $(STAMP)
+	@echo "== 1 thread per worker, -n 2, torch AVX2 kernels"
+	$(MATRIX) OMP_NUM_THREADS=1 ATEN_CPU_CAPABILITY=avx2 $(MATRIX_PYTEST) -n 2
+	@echo "== 2 threads, -n 1, torch's scalar (default) kernels"
+	$(MATRIX) OMP_NUM_THREADS=2 ATEN_CPU_CAPABILITY=default $(MATRIX_PYTEST) -n 1
+	@echo "== 1 thread per worker, -n 2, numpy at its AVX2 kernels, torch's own"
+	$(MATRIX) OMP_NUM_THREADS=1 NPY_ENABLE_CPU_FEATURES="$(NPY_AVX2)" $(MATRIX_PYTEST) -n 2
+	@echo "== random order, seed $(MATRIX_SEED) (repeat: make test-matrix MATRIX_SEED=$(MATRIX_SEED)), 1 thread per worker, -n 2"
+	$(MATRIX) OMP_NUM_THREADS=1 $(MATRIX_PYTEST) -n 2 --random-order-bucket=global --random-order-seed=$(MATRIX_SEED)
 
 test-all: $(STAMP)
 	cd $(ROOT) && $(PY) -m pytest -q

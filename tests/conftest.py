@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import os
+import random
 import shutil
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from omegaconf import DictConfig
 
 from elasticface.cli.compose import compose_train  # noqa: F401  (the tests import it from here)
 from elasticface.cli.resolvers import register_resolvers
+from elasticface.utils.threads import ThreadChoice, choose_threads
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG_DIR = str(ROOT / "configs")
@@ -32,17 +35,38 @@ def tiny_cfg(tmp_path):
     return make
 
 
-@pytest.fixture(autouse=True)
-def _single_thread_when_parallel():
-    """At most 2 torch threads, and no more than the cores each xdist worker has, here and in the commands the
-    tests start: 2 workers with 2 threads each on 2 cores ran a 3,000-step toy run 30x slower (every parallel
-    op waits for a descheduled thread)."""
+def _test_threads() -> ThreadChoice:
+    """Torch threads per test process, chosen once at start-up (before any test sets OMP_NUM_THREADS): the
+    project's rule (elasticface.utils.threads) with the xdist workers as the processes sharing the cores, and at
+    most 2 (the tests' tensors are small). 2 workers with 2 threads each on 2 cores ran a 3,000-step toy run 30x
+    slower: every parallel op waits for a descheduled thread."""
     workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
-    threads = max(1, min(2, (os.cpu_count() or 1) // workers))
-    torch.set_num_threads(threads)
-    if workers > 1:
-        os.environ["OMP_NUM_THREADS"] = str(threads)
+    choice = choose_threads(processes=workers, setting="tests")
+    return ThreadChoice(min(2, choice.threads), choice.reason)
+
+
+TEST_THREADS = _test_threads()
+
+
+def pytest_report_header(config) -> str:
+    return f"torch threads per test process: {TEST_THREADS.threads} ({TEST_THREADS.reason})"
+
+
+@pytest.fixture(autouse=True)
+def _same_start_for_every_test():
+    """Every test starts from the same process state whatever ran before it (`make test-matrix` runs the tests
+    in a random order): the thread count and OMP_NUM_THREADS (for the commands a test starts; an in-process
+    training run sets trainer.threads), the environment (Lightning's seed_everything sets PL_GLOBAL_SEED and
+    PL_SEED_WORKERS, which later Trainers read), and the global random states a test may draw from unseeded."""
+    environ = dict(os.environ)
+    torch.set_num_threads(TEST_THREADS.threads)
+    os.environ["OMP_NUM_THREADS"] = str(TEST_THREADS.threads)
+    random.seed(0)
+    np.random.seed(0)
+    torch.manual_seed(0)
     yield
+    os.environ.clear()
+    os.environ.update(environ)
 
 
 @pytest.fixture(scope="session")

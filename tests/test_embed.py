@@ -45,8 +45,11 @@ def test_embed_dataset_flip_fusion_and_order():
     x = (images.float() / 255 - 0.5) / 0.5
     with torch.no_grad():
         want = model.eval()(x) + model(x.flip(-1))
-        # the same function as training validation, to the bit; one pass over [x, flip(x)] is the same sum
-        assert torch.equal(emb, flip_fused_embeddings(model, normalize(images)))
+        # the same function as training validation, to the bit when called on the same batches (4, 4, 2): the
+        # matrix kernels for a batch of 10 may differ in the last bits (seen with 1 thread per xdist worker)
+        batches = [flip_fused_embeddings(model, normalize(images[i:i + 4])) for i in range(0, 10, 4)]
+        assert torch.equal(emb, torch.cat(batches))
+        # one pass over [x, flip(x)] is the same sum, to float tolerance (other shapes, other kernels)
         both = model(torch.cat([x, x.flip(-1)]))
     torch.testing.assert_close(emb, want, rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(emb, both[:10] + both[10:], rtol=1e-5, atol=1e-5)

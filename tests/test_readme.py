@@ -36,6 +36,7 @@ SKIP = {
     "make test": "the test suite itself",
     "make test-all": "the test suite itself",
     "make test-slow": "the test suite itself",
+    "make test-matrix": "the test suite itself (under several thread counts, kernels and orders)",
     "make install": "ran before the tests",
     "make docs": "installs the docs extra and builds the site; CI runs it after the tests (.ci/run)",
 }

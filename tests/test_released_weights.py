@@ -113,6 +113,7 @@ def test_eval_takes_a_state_dict_and_infers_tiny_or_uses_the_named_backbone(tmp_
     named = load_model_file(path, "cpu", backbone={"_target_": "elasticface.backbones.build_backbone",
                                                    "name": "iresnet_tiny", "dropout": 0.0})
     with torch.no_grad():
+        # exact: the same architecture and weights run the same ops on the same batch
         torch.testing.assert_close(model(_faces()), named(_faces()), rtol=0, atol=0)
     assert model(_faces()).shape == (2, 32)
 
@@ -380,4 +381,4 @@ def test_embed_cli_takes_a_state_dict(tmp_path, capsys):
     assert emb.shape == (3, 32) and np.allclose(np.linalg.norm(emb, axis=1), 1, atol=1e-5)
     assert embed_main([f"model_path={path}", f"images={faces}", f"out={tmp_path / 'emb2.npy'}"]) == 0
     assert "inferred from its tensors: iresnet_tiny" in capsys.readouterr().out
-    np.testing.assert_array_equal(np.load(tmp_path / "emb2.npy"), emb)
+    np.testing.assert_array_equal(np.load(tmp_path / "emb2.npy"), emb)  # the same model and batches: the same bits

@@ -33,6 +33,7 @@ from elasticface.utils.instantiators import instantiate_callbacks, instantiate_l
 from elasticface.utils.precision import FP16_MIXED, cpu_fp16_plugin
 from elasticface.utils.requirements import check_cuda_request
 from elasticface.utils.speed import check_cpu_precision, check_world_size
+from elasticface.utils.threads import apply_threads, choose_threads
 
 log = logging.getLogger(__name__)
 
@@ -68,8 +69,32 @@ def required_callbacks(cfg: DictConfig, configured: list[pl.Callback]) -> list[p
     return required
 
 
+def processes_per_node(trainer_cfg: DictConfig) -> int:
+    """How many training processes this node runs (they share its cores): `trainer.devices` under a DDP
+    strategy, else one. `devices: auto` or -1 on a CPU is one process per core, on GPUs one per GPU."""
+    if "ddp" not in str(trainer_cfg.get("strategy", "auto")):
+        return 1
+    devices = trainer_cfg.get("devices", 1)
+    if OmegaConf.is_list(devices) or isinstance(devices, (list, tuple)):
+        return max(1, len(devices))
+    if isinstance(devices, str) and "," in devices:
+        return max(1, len([d for d in devices.split(",") if d.strip()]))
+    if devices in ("auto", -1, "-1"):
+        on_gpu = trainer_cfg.get("accelerator") != "cpu" and torch.cuda.is_available()
+        return max(1, torch.cuda.device_count()) if on_gpu else 1
+    return max(1, int(devices))
+
+
+def set_threads(cfg: DictConfig) -> int:
+    """`trainer.threads` (auto, or a count) applied before anything is built; logs one line with the choice."""
+    choice = choose_threads(cfg.trainer.get("threads", "auto"), processes=processes_per_node(cfg.trainer))
+    apply_threads(choice)
+    return choice.threads
+
+
 def build_trainer(cfg: DictConfig) -> tuple[pl.Trainer, Throughput]:
-    """The trainer with the configured loggers and callbacks, plus the required ones, and atomic checkpoint writes."""
+    """The trainer with the configured loggers and callbacks, plus the required ones, and atomic checkpoint writes.
+    `trainer.threads` is this project's key (set_threads), not a Lightning Trainer argument."""
     loggers = instantiate_loggers(cfg.get("logger"))
     callbacks = instantiate_callbacks(cfg.get("callbacks"),
                                       has_logger=bool(loggers) or bool(cfg.trainer.get("fast_dev_run")))
@@ -85,7 +110,9 @@ def build_trainer(cfg: DictConfig) -> tuple[pl.Trainer, Throughput]:
         extra["precision"] = None
     if str(cfg.trainer.get("precision")) in FP16_MIXED and not any(isinstance(c, GradScalerMonitor) for c in callbacks):
         callbacks.append(GradScalerMonitor())
-    trainer = instantiate(cfg.trainer, callbacks=callbacks, logger=loggers or False, plugins=plugins, **extra)
+    trainer_cfg = OmegaConf.to_container(cfg.trainer, resolve=True)
+    trainer_cfg.pop("threads", None)  # this project's key (utils/threads.py), not the Trainer's
+    trainer = instantiate(trainer_cfg, callbacks=callbacks, logger=loggers or False, plugins=plugins, **extra)
     check_cpu_precision(trainer.precision, isinstance(trainer.accelerator, CPUAccelerator))
     return trainer, throughput
 
@@ -119,6 +146,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     """Train one model as the config says and return (and write) its summary."""
     validate_top_level(cfg)
     quiet_lightning_tips()
+    set_threads(cfg)
     if cfg.get("extras", {}).get("print_config"):
         print_config_tree(cfg, group_choices())
     pl.seed_everything(cfg.seed, workers=True)
