@@ -32,7 +32,11 @@ GPU_RECIPES = ("ms1mv2_r100", "casia_r50")
 PROCESSES = {("trainer", "ddp_cpu")}
 #: the user's data each data option reads (relative to the user_files folder)
 DATA = {"recordio": ["data.root={base}/data/faces_emore"],
-        "folder": ["data.root={base}/data/my_faces", "data.val_sets.pairs_file={base}/data/pairs.txt"]}
+        "folder": ["data.root={base}/data/my_faces", "data.val_sets.pairs_file={base}/data/pairs.txt"],
+        "folder_bin": ["data.root={base}/data/my_faces", "data.val_root={base}/data/faces_emore"]}
+#: experiments that need photos the tests do not have (LFW's): composed only (tests/test_lfw_split.py builds
+#: a synthetic split and its data module)
+NEEDS_PHOTOS = {"lfw_fold10": ["data.root={base}/data/lfw_split"]}
 
 
 def options() -> list[tuple[str, str]]:
@@ -59,6 +63,8 @@ def command(group: str, option: str, base: Path) -> list[str]:
         # the paper's recipes: iresnet50/100 on 4 GPUs and a real RecordIO set (their tiny CPU run is killed
         # for memory on a 2-core test machine); composed, as the README test does for them
         return args + [a.format(base=base) for a in DATA["recordio"]] + ["--cfg", "job"]
+    if group == "experiment" and option in NEEDS_PHOTOS:
+        return args + [a.format(base=base) for a in NEEDS_PHOTOS[option]] + ["--cfg", "job"]
     if group == "data":
         args += [a.format(base=base) for a in DATA.get(option, [])]
     if (group, option) in CFG_ONLY:

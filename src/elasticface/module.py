@@ -24,7 +24,7 @@ from elasticface.data.faults import too_small_to_train
 from elasticface.heads.registry import with_omitted_arguments
 from elasticface.metrics.verification import VerificationAccuracy, flip_fused_embeddings
 from elasticface.utils.lightning_private import attached_trainer, should_update_logs
-from elasticface.utils.speed import check_compile_setting, compile_available, should_compile
+from elasticface.utils.speed import check_compile_setting, compile_available, compile_in_place, should_compile
 from elasticface.untrusted import build_from_checkpoint
 
 #: class-layer targets of checkpoints saved before the classifier package (their hyperparameters name them)
@@ -274,7 +274,7 @@ class FaceRecognitionModule(pl.LightningModule):
         if stage == "fit" and not self.compiled and should_compile(self.compile_setting, training_on_cpu):
             self.compiled = compile_available(self.backbone)
             if self.compiled:
-                self.backbone.compile()  # in place: the state_dict keeps its names (no `_orig_mod.`)
+                compile_in_place(self.backbone)
         datamodule = getattr(self.trainer, "datamodule", None)
         for name, pairs in (getattr(datamodule, "val_sets", None) or {}).items():
             if name not in self.val_metrics:

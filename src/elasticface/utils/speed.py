@@ -1,8 +1,9 @@
 """The speed settings' preconditions: each is checked where it is set, never a silent slowdown.
 
-- `model.compile=true` (and `cpu`, the default, on a CPU) needs inductor's toolchain: a C++ compiler on CPU,
-  Triton on a GPU. Without it torch.compile fails at the first step, minutes into a run; here it falls back to
-  eager, saying so.
+- `model.compile=true` (and `cpu`, on a CPU) needs inductor's toolchain: a C++ compiler on CPU, Triton on a
+  GPU. Without it torch.compile fails at the first step, minutes into a run; here it falls back to eager,
+  saying so in one line. Off by default: compiled steps equal eager ones only to float rounding, and training
+  amplifies rounding like a change of seed (docs/compile.md), so it is a default only once compared over seeds.
 - `trainer.precision=bf16-mixed` on a CPU without bf16 instructions runs emulated bf16, slower than fp32:
   refused, naming the setting.
 """
@@ -47,6 +48,18 @@ def compile_available(module: nn.Module) -> bool:
         missing,
     )
     return False
+
+
+#: inductor draws dropout's random numbers through torch's own generator (`fallback_random`): the same masks
+#: as eager, and the global generator left where eager leaves it (inductor's own random kernels draw
+#: different masks and consume the global generator differently)
+COMPILE_OPTIONS = {"fallback_random": True}
+
+
+def compile_in_place(module: nn.Module) -> None:
+    """torch.compile `module` in place (its state_dict keeps its names, no `_orig_mod.`), with eager's random
+    numbers."""
+    module.compile(options=COMPILE_OPTIONS)
 
 
 def check_compile_setting(value: object) -> bool | str:

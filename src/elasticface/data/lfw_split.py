@@ -1,0 +1,159 @@
+"""LFW by its own protocol as a real-face train/test split: train on the people of folds 1-9 of `pairs.txt`,
+verify on fold 10's 600 pairs.
+
+LFW's ten folds are identity-disjoint, so a model trained on the people of nine folds is verified on faces
+of people it never saw. Input: a folder of aligned 112x112 faces in LFW's layout
+(`<Name>/<Name>_0001.jpg`, as `elasticface-align lfw/ faces/` writes it) and LFW's `pairs.txt` (a first
+line "10 300", then per fold 300 matched lines `name n1 n2` and 300 mismatched `name1 n1 name2 n2`).
+Output: `OUT/train/<Name>/...` (every image of each training person, copied) and `OUT/lfw_fold10.bin`
+(the held-out fold's pairs, the aligned JPEGs stored byte for byte).
+
+    python -m elasticface.data.lfw_split faces/ pairs.txt lfw_split/
+    python train.py experiment=lfw_fold10 data.root=lfw_split/train
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+from PIL import Image
+
+from elasticface.data.pair_files import write_bin
+
+IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png")
+
+
+@dataclass(frozen=True)
+class LfwPair:
+    """One line of `pairs.txt`: image n1 of name1 and image n2 of name2 (name2 == name1 for a matched pair)."""
+
+    name1: str
+    n1: int
+    name2: str
+    n2: int
+
+    @property
+    def issame(self) -> bool:
+        return self.name1 == self.name2
+
+    @property
+    def names(self) -> set[str]:
+        return {self.name1, self.name2}
+
+
+def read_lfw_pairs(path: str | Path) -> list[list[LfwPair]]:
+    """The folds of an LFW `pairs.txt`: fold i is its `n` matched pairs, then its `n` mismatched pairs."""
+    path = Path(path)
+    lines = [line.split() for line in path.read_text().splitlines() if line.strip()]
+    if not lines or len(lines[0]) != 2 or not all(v.isdigit() for v in lines[0]):
+        raise ValueError(f"{path}: line 1 is {' '.join(lines[0]) if lines else 'missing'!r}; expected "
+                         f"'<folds> <pairs per class>' as LFW's '10 300'")
+    folds, per_class = int(lines[0][0]), int(lines[0][1])
+    if len(lines) - 1 != folds * 2 * per_class:
+        raise ValueError(f"{path}: {len(lines) - 1} pair lines; the header '{folds} {per_class}' means "
+                         f"{folds * 2 * per_class} ({folds} folds x {per_class} matched + {per_class} mismatched)")
+    out: list[list[LfwPair]] = []
+    for fold in range(folds):
+        pairs = []
+        for k in range(2 * per_class):
+            lineno = 2 + fold * 2 * per_class + k
+            parts, matched = lines[lineno - 1], k < per_class
+            expected = "name n1 n2" if matched else "name1 n1 name2 n2"
+            if len(parts) != (3 if matched else 4) or not _numbers_ok(parts, matched):
+                raise ValueError(f"{path}:{lineno}: {' '.join(parts)!r}; fold {fold + 1}'s "
+                                 f"{'matched' if matched else 'mismatched'} pairs are lines '{expected}'")
+            if matched:
+                pairs.append(LfwPair(parts[0], int(parts[1]), parts[0], int(parts[2])))
+            else:
+                pairs.append(LfwPair(parts[0], int(parts[1]), parts[2], int(parts[3])))
+        out.append(pairs)
+    return out
+
+
+def _numbers_ok(parts: list[str], matched: bool) -> bool:
+    numbers = parts[1:] if matched else [parts[1], parts[3]]
+    return all(n.isdigit() and int(n) > 0 for n in numbers)
+
+
+def lfw_image(faces: Path, name: str, n: int) -> Path:
+    """LFW's file name of image n of `name`: `<name>/<name>_<nnnn>.jpg`."""
+    return faces / name / f"{name}_{n:04d}.jpg"
+
+
+def _aligned_jpeg(path: Path, image_size: int) -> bytes:
+    """The file's bytes, after checking (from the header alone, nothing decoded) that it is an aligned face."""
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: a fold-10 image is missing; align every LFW photo first "
+                                f"(elasticface-align lfw/ faces/)")
+    with Image.open(path) as img:
+        size, fmt = img.size, img.format
+    if size != (image_size, image_size) or fmt != "JPEG":
+        raise ValueError(f"{path}: a {size[0]}x{size[1]} {fmt}; expected a {image_size}x{image_size} aligned JPEG "
+                         f"(elasticface-align writes them)")
+    return path.read_bytes()
+
+
+def split_lfw(faces: str | Path, pairs_file: str | Path, out: str | Path, test_fold: int = 10,
+              image_size: int = 112) -> dict[str, int]:
+    """Write `out/train/<Name>/` (the people of every fold but `test_fold`) and `out/lfw_fold<k>.bin`.
+
+    A training person also named in the test fold (never, in LFW's own `pairs.txt`) is left out of training
+    and counted, so the split stays identity-disjoint; a training person with no folder under `faces` (the
+    aligner found no face) is counted too.
+    """
+    faces, out = Path(faces), Path(out)
+    if not faces.is_dir():
+        raise FileNotFoundError(f"{faces}: not a folder; expected aligned faces as <Name>/<Name>_0001.jpg")
+    folds = read_lfw_pairs(pairs_file)
+    if not 1 <= test_fold <= len(folds):
+        raise ValueError(f"test_fold={test_fold}: {pairs_file} has folds 1..{len(folds)}")
+    test = folds[test_fold - 1]
+    test_people = set().union(*(p.names for p in test))
+    named = set().union(*(p.names for i, fold in enumerate(folds) if i != test_fold - 1 for p in fold))
+    train_people = sorted(named - test_people)
+
+    images, issame = [], []
+    for pair in test:
+        images += [_aligned_jpeg(lfw_image(faces, pair.name1, pair.n1), image_size),
+                   _aligned_jpeg(lfw_image(faces, pair.name2, pair.n2), image_size)]
+        issame.append(pair.issame)
+
+    train_root = out / "train"
+    if train_root.exists():
+        raise FileExistsError(f"{train_root} exists; remove it or choose another output folder")
+    copied, missing = 0, 0
+    for name in train_people:
+        files = sorted(f for f in (faces / name).glob("*") if f.suffix.lower() in IMAGE_SUFFIXES) \
+            if (faces / name).is_dir() else []
+        if not files:
+            missing += 1
+            continue
+        (train_root / name).mkdir(parents=True)
+        for f in files:
+            shutil.copyfile(f, train_root / name / f.name)
+        copied += len(files)
+    write_bin(str(out / f"lfw_fold{test_fold}.bin"), images, issame)
+    return {"train_identities": len(train_people) - missing, "train_images": copied,
+            "train_people_without_images": missing, "train_people_in_test_fold": len(named & test_people),
+            "test_pairs": len(test), "test_matched": sum(issame)}
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m elasticface.data.lfw_split", description=__doc__.split("\n\n")[0])
+    parser.add_argument("faces", help="aligned LFW faces: <Name>/<Name>_0001.jpg (elasticface-align lfw/ faces/)")
+    parser.add_argument("pairs", help="LFW's pairs.txt ('10 300' header)")
+    parser.add_argument("out", help="output folder: out/train/<Name>/ and out/lfw_fold<k>.bin")
+    parser.add_argument("--test-fold", type=int, default=10, help="the held-out fold (default 10)")
+    args = parser.parse_args(argv)
+    report = split_lfw(args.faces, args.pairs, args.out, test_fold=args.test_fold)
+    print(" ".join(f"{k}={v}" for k, v in report.items()))
+    print(f"train: python train.py experiment=lfw_fold10 data.root={os.path.join(args.out, 'train')}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,125 @@
+"""The LFW split (train on the people of folds 1-9, verify on fold 10's pairs) on a synthetic LFW-layout folder.
+
+The folder and pairs.txt are written here in LFW's own formats: `<Name>/<Name>_0001.jpg`, a "10 300" header,
+per fold 300 matched lines `name n1 n2` then 300 mismatched `name1 n1 name2 n2`. The expected split is
+derived from what the test wrote, not from the code under test.
+"""
+
+from __future__ import annotations
+
+import io
+import pickle
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hydra.utils import instantiate
+from PIL import Image
+
+from elasticface.data.lfw_split import main, read_lfw_pairs, split_lfw
+from conftest import compose_train
+
+PEOPLE_PER_FOLD, IMAGES = 3, 3
+
+
+def person(fold: int, k: int) -> str:
+    return f"Person_F{fold}_{k}"
+
+
+def jpeg(seed: int, size: int = 112) -> bytes:
+    pixels = np.random.default_rng(seed).integers(0, 256, (size, size, 3), dtype=np.uint8)
+    buf = io.BytesIO()
+    Image.fromarray(pixels).save(buf, format="JPEG", quality=90)
+    return buf.getvalue()
+
+
+@pytest.fixture
+def lfw(tmp_path: Path) -> tuple[Path, Path, list[tuple[str, str, bool]]]:
+    """Aligned faces, pairs.txt, and fold 10's pairs as (file1, file2, same) in pairs.txt order."""
+    faces = tmp_path / "faces"
+    seed = 0
+    for fold in range(1, 11):
+        for k in range(PEOPLE_PER_FOLD):
+            name = person(fold, k)
+            (faces / name).mkdir(parents=True)
+            for n in range(1, IMAGES + 1):
+                seed += 1
+                (faces / name / f"{name}_{n:04d}.jpg").write_bytes(jpeg(seed))
+    lines, fold10 = ["10\t300"], []
+    for fold in range(1, 11):
+        for i in range(300):  # matched: name n1 n2
+            name, n1, n2 = person(fold, i % PEOPLE_PER_FOLD), 1 + i % 2, 3
+            lines.append(f"{name}\t{n1}\t{n2}")
+            fold10 += [(f"{name}/{name}_{n1:04d}.jpg", f"{name}/{name}_{n2:04d}.jpg", True)] if fold == 10 else []
+        for i in range(300):  # mismatched: name1 n1 name2 n2
+            a, b = person(fold, i % PEOPLE_PER_FOLD), person(fold, (i + 1) % PEOPLE_PER_FOLD)
+            lines.append(f"{a}\t2\t{b}\t{1 + i % 3}")
+            fold10 += [(f"{a}/{a}_0002.jpg", f"{b}/{b}_{1 + i % 3:04d}.jpg", False)] if fold == 10 else []
+    pairs = tmp_path / "pairs.txt"
+    pairs.write_text("\n".join(lines) + "\n")
+    return faces, pairs, fold10
+
+
+def test_split_trains_on_folds_1_to_9_and_verifies_on_fold_10s_600_pairs(lfw, tmp_path):
+    faces, pairs, fold10 = lfw
+    (faces / person(2, 0) / "Person_F2_0_0099.jpg").write_bytes(jpeg(999))  # in no pair: still a training image
+    out = tmp_path / "split"
+    report = split_lfw(faces, pairs, out)
+
+    train_people = sorted(p.name for p in (out / "train").iterdir())
+    assert train_people == sorted(person(f, k) for f in range(1, 10) for k in range(PEOPLE_PER_FOLD))
+    assert not any(name.startswith("Person_F10_") for name in train_people), "identity-disjoint"
+    assert (out / "train" / person(2, 0) / "Person_F2_0_0099.jpg").read_bytes() == jpeg(999)
+    assert report == {"train_identities": 27, "train_images": 27 * IMAGES + 1, "train_people_without_images": 0,
+                      "train_people_in_test_fold": 0, "test_pairs": 600, "test_matched": 300}
+
+    with open(out / "lfw_fold10.bin", "rb") as f:
+        bins, issame = pickle.load(f)
+    assert issame == [same for _, _, same in fold10] and len(issame) == 600
+    expected = [(faces / p).read_bytes() for a, b, _ in fold10 for p in (a, b)]
+    assert bins == expected, "fold 10's aligned JPEGs, byte for byte, in pairs.txt order"
+
+
+def test_the_experiment_trains_on_the_split_and_verifies_on_fold_10(lfw, tmp_path):
+    faces, pairs, _ = lfw
+    main([str(faces), str(pairs), str(tmp_path / "split")])
+    cfg = compose_train(["experiment=lfw_fold10", f"data.root={tmp_path / 'split'}"], tmp_path)
+    datamodule = instantiate(cfg.data)
+    datamodule.setup("fit")
+    assert datamodule.num_classes == 27
+    assert list(datamodule.val_sets) == ["lfw_fold10"] and datamodule.val_sets["lfw_fold10"].num_pairs == 600
+
+
+def test_a_person_in_the_test_fold_never_trains(lfw, tmp_path):
+    faces, pairs, _ = lfw
+    text = pairs.read_text().splitlines()
+    shared = person(10, 0)
+    text[1] = f"{shared}\t1\t2"  # fold 1's first matched pair names a fold-10 person
+    pairs.write_text("\n".join(text) + "\n")
+    report = split_lfw(faces, pairs, tmp_path / "split")
+    assert not (tmp_path / "split" / "train" / shared).exists()
+    assert report["train_people_in_test_fold"] == 1
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda lines: ["10 300 x"] + lines[1:], r"pairs.txt: line 1 .*expected '<folds> <pairs per class>'"),
+    (lambda lines: lines[:-1], r"pairs.txt: 5999 pair lines; the header '10 300' means 6000"),
+    (lambda lines: lines[:2] + ["Someone\t1"] + lines[3:], r"pairs.txt:3: 'Someone 1'; fold 1's matched pairs"),
+    (lambda lines: lines[:302] + ["A\t1\tB\tx"] + lines[303:], r"pairs.txt:303: .*fold 1's mismatched pairs"),
+])
+def test_bad_pairs_txt_names_the_file_and_line(lfw, edit, message):
+    _, pairs, _ = lfw
+    pairs.write_text("\n".join(edit(pairs.read_text().splitlines())) + "\n")
+    with pytest.raises(ValueError, match=message):
+        read_lfw_pairs(pairs)
+
+
+def test_an_unaligned_or_missing_test_image_is_refused_naming_it(lfw, tmp_path):
+    faces, pairs, fold10 = lfw
+    first = faces / fold10[0][0]
+    first.write_bytes(jpeg(1, size=250))  # an unaligned LFW photo is 250x250
+    with pytest.raises(ValueError, match=rf"{first.name}: a 250x250 JPEG; expected a 112x112 aligned JPEG"):
+        split_lfw(faces, pairs, tmp_path / "a")
+    first.unlink()
+    with pytest.raises(FileNotFoundError, match=rf"{first.name}: a fold-10 image is missing"):
+        split_lfw(faces, pairs, tmp_path / "b")
