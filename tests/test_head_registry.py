@@ -5,11 +5,10 @@ import inspect
 from pathlib import Path
 
 import pytest
-from hydra.errors import InstantiationException
-from hydra.utils import get_class, instantiate
+from hydra.utils import get_class
 from omegaconf import OmegaConf
 
-from elasticface.heads.registry import HEADS, HeadEntry, build_head, with_omitted_arguments
+from elasticface.heads.registry import HEADS, HeadEntry
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs" / "head"
 FILES = sorted(CONFIGS.glob("*.yaml"))
@@ -73,47 +72,3 @@ def test_the_registry_is_the_only_home_of_the_defaults(name):
 
 
 # head nodes as checkpoints saved before the constructors lost their defaults hold them (resolved)
-OLD_NODES = {
-    "cosface": {"_target_": "elasticface.heads.CosFace", "s": 64.0, "m": 0.35, "gradient": "exact"},
-    "subcenter_cosface": {
-        "_target_": "elasticface.heads.SubCenter",
-        "k": 3,
-        "base": {"_target_": "elasticface.heads.CosFace", "s": 64.0, "m": 0.35},
-    },
-    "subcenter_elastic_arc_plus": {
-        "_target_": "elasticface.heads.SubCenter",
-        "k": 3,
-        "base": {
-            "_target_": "elasticface.heads.ElasticArcFace",
-            "s": 64.0,
-            "m": 0.5,
-            "sigma": 0.0175,
-            "plus": True,
-            "plus_assignment": "paper",
-        },
-    },
-}
-
-
-def _described(head) -> list[str]:
-    heads = [head, head.base] if hasattr(head, "base") else [head]
-    return [f"{type(h).__name__}({h.extra_repr()})" for h in heads]
-
-
-@pytest.mark.parametrize("name", sorted(OLD_NODES))
-def test_a_head_node_that_omits_arguments_gets_the_registry_values(name):
-    """Old checkpoints' head nodes name fewer arguments: the omitted ones come from the registry, and the head
-    is the one `head=<name>` builds today."""
-    old = OLD_NODES[name]
-    with pytest.raises(InstantiationException, match="required keyword-only argument"):
-        instantiate(old)
-    assert _described(instantiate(with_omitted_arguments(old))) == _described(build_head(name))
-    key, value = ("k", 5) if "k" in old else ("m", 0.3)
-    assert with_omitted_arguments({**old, key: value})[key] == value  # a given argument wins
-
-
-@pytest.mark.parametrize("path", FILES, ids=lambda p: p.stem)
-def test_a_complete_head_node_is_left_as_it_is(path):
-    node = OmegaConf.to_container(OmegaConf.load(path), resolve=True)["model"]["head"]
-    completed = with_omitted_arguments(node)
-    assert completed == node and list(completed) == list(node)

@@ -134,22 +134,6 @@ def head_entry(name: str) -> HeadEntry:
     return HEADS[name]
 
 
-def with_omitted_arguments(cfg: Any) -> Any:
-    """A head's `_target_` node with the arguments it omits taken from the first registry entry of its class
-    (`base` too): checkpoints saved while the constructors still had defaults, the same values, name fewer."""
-    if not isinstance(cfg, dict) or not str(cfg.get("_target_", "")).startswith("elasticface.heads."):
-        return cfg
-    name = cfg["_target_"].rsplit(".", 1)[-1]
-    entry = next((e for e in HEADS.values() if e.cls.__name__ == name), None)
-    if entry is None:
-        return cfg
-    registry = entry.kwargs() if entry.base is None else entry.args
-    out = {**cfg, **{k: v for k, v in registry.items() if k not in cfg}}  # a complete node stays as it is
-    if "base" in out:
-        out["base"] = with_omitted_arguments(out["base"])
-    return out
-
-
 def _build(entry: HeadEntry, overrides: dict[str, Any]) -> MarginHead:
     kwargs = {**entry.kwargs(), **{entry.aliases.get(k, k): v for k, v in overrides.items()}}
     return entry.cls(**kwargs)
