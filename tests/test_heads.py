@@ -462,7 +462,7 @@ def test_hydra_override_of_sigma_reaches_the_head(tmp_path):
     )
     with initialize_config_dir(config_dir=str(tmp_path), version_base=None):
         cfg = compose("primary", overrides=["head=elastic_arc_plus"])
-        assert cfg.sigma == 0.0175 and cfg.model.head.sigma == 0.0175 and cfg.model.head.plus
+        assert cfg.sigma == 0.0175 and cfg.model.head.sigma == 0.0175 and instantiate(cfg.model.head).plus
         cfg = compose("primary", overrides=["head=elastic_arc_plus", "sigma=0.02"])
         head = instantiate(cfg.model.head)
         assert head.sigma == 0.02 and head.plus and head.plus_assignment == "paper"

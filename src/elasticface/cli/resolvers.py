@@ -27,12 +27,25 @@ def short_dirname(name: str, max_length: int = 120) -> str:
     return f"{name[: max_length - 9]}-{hashlib.sha1(name.encode()).hexdigest()[:8]}"
 
 
+def head_default(name: str, key: str) -> float | None:
+    """`${head_default:<head>,<m|s|sigma>}`: a head's paper default, read from the registry (its one home).
+
+    Imported when a config resolves, so that `--help` and `--cfg job` answer without importing torch.
+    """
+    from elasticface.heads.registry import head_entry
+
+    if key not in ("m", "s", "sigma"):
+        raise ValueError(f"head_default:{name},{key}: the key must be one of m, s, sigma")
+    return getattr(head_entry(name), key)
+
+
 def register_resolvers() -> None:
     """Register every resolver configs/ uses; a second call changes nothing."""
     resolvers = {
         "wandb_mode": wandb_mode,
         "short_dirname": short_dirname,
         "cwd": os.getcwd,
+        "head_default": head_default,
         "run_stamp": run_stamp,  # one run directory for all nodes of a multi-node job
         # what a run is called on the dashboards (loggers/run_names.py)
         "run_name": lambda *, _root_: run_name(_root_),
