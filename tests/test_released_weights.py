@@ -342,8 +342,6 @@ def test_train_export_pth_eval_gives_the_ckpt_accuracy(trained, tmp_path):
     from_ckpt = _eval(str(ckpt), bins, tmp_path / "a")
     from_pth = _eval(str(pth), bins, tmp_path / "b", "backbone=tiny")
     assert from_pth[0]["acc"] == from_ckpt[0]["acc"] and from_pth[0]["threshold"] == from_ckpt[0]["threshold"]
-    # the old option names are the same option, the file type detected whatever the name
-    assert _eval(str(pth), bins, tmp_path / "c", "weights=null", f"ckpt_path={pth}")[0]["acc"] == from_ckpt[0]["acc"]
 
 
 @pytest.mark.slow
@@ -378,6 +376,6 @@ def test_embed_cli_takes_a_state_dict(tmp_path, capsys):
                        "--out", str(tmp_path / "emb.npy")]) == 0
     emb = np.load(tmp_path / "emb.npy")
     assert emb.shape == (3, 32) and np.allclose(np.linalg.norm(emb, axis=1), 1, atol=1e-5)
-    assert embed_main([f"model_path={path}", f"images={faces}", f"out={tmp_path / 'emb2.npy'}"]) == 0
+    assert embed_main([f"weights={path}", f"images={faces}", f"out={tmp_path / 'emb2.npy'}"]) == 0
     assert "inferred from its tensors: iresnet_tiny" in capsys.readouterr().out
     np.testing.assert_array_equal(np.load(tmp_path / "emb2.npy"), emb)

@@ -132,11 +132,6 @@ class FaceRecognitionModule(pl.LightningModule):
                      sync_dist=True)
             self._skipped_records = None
 
-    @property
-    def sharded_centers(self) -> bool:
-        """True when this rank holds only a slice of the class centres (ShardedFC under DDP)."""
-        return self.classifier.sharded
-
     def log_batch_stats(self, out: ClassifierOutput, batch: tuple[Tensor, ...]) -> None:
         """Margins drawn this step, the target angles, and records the loader had to drop.
 
