@@ -116,6 +116,8 @@ def dense_logits(
             return _nontarget_lse(cos, cols, owned, shard, fn, scale)
 
         plan = head.plan(stand_in, valid, norms, num_columns=num_columns, nontarget_lse=lse_of, shard=shard)
+        if plan.target is stand_in and plan.scale == 1.0 and shard is None:
+            return cos, plan  # the identity plan (Softmax): the logits are the cosines themselves
         slope = _slope(plan.target, stand_in)
         if plan.scale is not None:
             scale = plan.scale.detach() if isinstance(plan.scale, Tensor) else float(plan.scale)
