@@ -72,7 +72,9 @@ def _nontarget_lse(cos: Tensor, cols: Tensor, owned: Tensor, shard: ClassShard |
     with torch.no_grad():
         rows = torch.arange(cols.numel(), device=cols.device)
         z = fn(cos.detach())
-        z = z.index_put((rows, cols), torch.where(owned, torch.full_like(z[rows, cols], -float("inf")), z[rows, cols]))
+        if z.data_ptr() == cos.data_ptr():
+            z = z.clone()
+        z.index_put_((rows, cols), torch.where(owned, torch.full_like(z[rows, cols], -float("inf")), z[rows, cols]))
         lse = torch.logsumexp(z, dim=1)
         return lse if shard is None else shard.combine_lse(lse)
 
