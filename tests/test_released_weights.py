@@ -239,7 +239,7 @@ def test_train_refuses_a_bad_file_before_reading_data(tiny_cfg, tmp_path):
 
 
 def test_eval_refuses_a_bad_file_before_reading_data(tmp_path):
-    from elasticface.eval.run import run
+    from elasticface.eval.run import evaluate
 
     layout = iresnet_layout(embedding_size=32, se=True, **TINY)
     path = _save(tmp_path / "se.pth", released_state_dict(layout))
@@ -248,7 +248,7 @@ def test_eval_refuses_a_bad_file_before_reading_data(tmp_path):
         cfg = compose(config_name="eval", overrides=["backbone=tiny", f"weights={path}",
                                                      f"data.val_root={tmp_path / 'no_such_folder'}", "device=cpu"])
     with pytest.raises(WeightsError, match=r"se\.pth: an ElasticFace SE=True model"):
-        run(cfg, output_dir=str(tmp_path / "out"))
+        evaluate(cfg, output_dir=str(tmp_path / "out"))
 
 
 def test_finetune_from_file_frozen_bn_and_backbone_lr(tiny_cfg, tmp_path):
@@ -318,14 +318,14 @@ def trained(tmp_path_factory):
 
 
 def _eval(weights: str, bins: Path, out: Path, *extra: str) -> list[dict]:
-    from elasticface.eval.run import run
+    from elasticface.eval.run import evaluate
 
     GlobalHydra.instance().clear()
     with initialize_config_dir(version_base="1.3", config_dir=str(ROOT / "configs")):
         cfg = compose(config_name="eval", overrides=[f"weights={weights}", f"data.val_root={bins}",
                                                      "data.val_sets=[lfw]", "device=cpu", "num_workers=0",
                                                      "plots=false", *extra])
-    return run(cfg, output_dir=str(out))
+    return evaluate(cfg, output_dir=str(out))
 
 
 @pytest.mark.slow

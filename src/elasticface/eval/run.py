@@ -108,7 +108,7 @@ def backbone_option(cfg: DictConfig) -> dict[str, Any] | None:
     return spec
 
 
-def run(cfg: DictConfig, output_dir: str | None = None) -> list[dict[str, Any]]:
+def evaluate(cfg: DictConfig, output_dir: str | None = None) -> list[dict[str, Any]]:
     """Evaluate and save; returns the table rows (one dict per benchmark)."""
     from elasticface.eval.embed import load_model_file, one_model_file
     from elasticface.eval.embedding_loop import evaluate_pair_set, resolve_device
