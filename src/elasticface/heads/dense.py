@@ -12,16 +12,13 @@ Linear non-target maps (``plan.scale`` set: most heads) take one custom op whose
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
 from .plan import HeadPlan
 from .shard import ClassShard
-
-if TYPE_CHECKING:
-    from .base import MarginHead
 
 
 def _times(cos: Tensor, scale: float | Tensor) -> Tensor:
@@ -80,7 +77,7 @@ def _nontarget_lse(cos: Tensor, cols: Tensor, owned: Tensor, shard: ClassShard |
 
 
 def dense_logits(
-    head: MarginHead,
+    head: nn.Module,
     cos: Tensor,
     labels: Tensor,
     norms: Tensor | None = None,
@@ -88,7 +85,8 @@ def dense_logits(
     shard: ClassShard | None = None,
     num_columns: int | None = None,
 ) -> tuple[Tensor, HeadPlan]:
-    """``(logits [B, C], plan)`` for cosines ``[B, C·K]`` and labels ``[B]`` (-1: the class is not among the columns).
+    """``(logits [B, C], plan)`` of a :class:`~elasticface.heads.base.MarginHead` for cosines ``[B, C·K]``
+    and labels ``[B]`` (-1: the class is not among the columns).
 
     ``shard``: the columns are this rank's slice of a sharded class dimension and the rows the global
     batch; ``num_columns`` (then required) counts every rank's columns.
