@@ -111,10 +111,10 @@ def step(head, inputs, labels: torch.Tensor, norms: torch.Tensor, with_fc: bool,
         cos = inputs.detach().requires_grad_()
         if k > 1:
             cos = cos.repeat_interleave(k, 1)
-    logits = head(cos, labels, norms if head.needs_norms else None)
+    logits, plan = head.logits(cos, labels, norms if head.needs_norms else None)
     loss = F.cross_entropy(logits, labels)
-    if head.aux_loss is not None:
-        loss = loss + head.aux_loss
+    if plan.aux_loss is not None:
+        loss = loss + plan.aux_loss
     loss.backward()
 
 

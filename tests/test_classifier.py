@@ -55,12 +55,12 @@ def dense_oracle(head, emb, weight, labels, normalize=True):
     weight = weight.clone().requires_grad_(True)
     cos = F.linear(F.normalize(emb, dim=1), F.normalize(weight, dim=1)).clamp(-1, 1) if normalize else emb @ weight.T
     norms = emb.norm(dim=1) if head.needs_norms else None
-    logits = head(cos, labels, norms)
+    logits, plan = head.logits(cos, labels, norms)
     loss = F.cross_entropy(logits, labels, ignore_index=-1)
-    if head.aux_loss is not None:
-        loss = loss + head.aux_loss
+    if plan.aux_loss is not None:
+        loss = loss + plan.aux_loss
     loss.backward()
-    return loss.detach(), emb.grad, weight.grad
+    return loss.detach(), emb.grad, weight.grad, plan
 
 
 def chunked(head, emb, weight, labels, chunk_size, sample_rate=None):
@@ -90,12 +90,11 @@ def _state(head):
 @pytest.mark.parametrize("name", head_names())
 def test_chunked_equals_dense_for_every_head(name):
     probe = _build(name)
-    assert probe.chunkable, f"{name}: no chunked form"
     k = probe.centers_per_class
     emb, weight, labels = _inputs(name, k)
     for chunk_size in (1, 4, C):
         head_d, head_c = _build(name), _build(name)
-        loss_d, ge_d, gw_d = dense_oracle(head_d, emb, weight, labels, head_d.normalized)
+        loss_d, ge_d, gw_d, plan_d = dense_oracle(head_d, emb, weight, labels, head_d.normalized)
         out, ge_c, gw_c = chunked(head_c, emb, weight, labels, chunk_size)
         assert out.loss.dtype == torch.float32
         where = (name, chunk_size)
@@ -106,8 +105,8 @@ def test_chunked_equals_dense_for_every_head(name):
             torch.testing.assert_close(
                 _state(head_c)[key], value, rtol=1e-5, atol=1e-6, equal_nan=True, msg=f"{name}: {key}"
             )
-        if head_d.last_margins is not None:
-            torch.testing.assert_close(out.margins[out.margin_valid], head_d.last_margins)
+        if plan_d.margins is not None:
+            torch.testing.assert_close(out.margins, plan_d.margins)
 
 
 # Circle is left out: its weights α are detached by design, so its gradient is not the loss's derivative.
@@ -145,7 +144,7 @@ def test_chunked_gradcheck_float64(name):
     w = weight.clone().requires_grad_(True)
     assert torch.autograd.gradcheck(loss, (e, w), eps=1e-6, atol=1e-6, rtol=1e-5)
     # and float64 agrees with the dense oracle to rounding
-    loss_d, ge_d, gw_d = dense_oracle(copy.deepcopy(head), emb, weight, labels, head.normalized)
+    loss_d, ge_d, gw_d, _ = dense_oracle(copy.deepcopy(head), emb, weight, labels, head.normalized)
     e.grad = w.grad = None
     value = loss(e, w)
     value.backward()
@@ -189,7 +188,7 @@ def test_autocast_bf16_keeps_cosines_and_reduction_in_fp32():
     grad_w_autocast = layer.weight.grad.clone()
     layer.weight.grad = None
     # the same inputs, rounded to bf16, computed in fp32 without autocast: identical arithmetic
-    loss_d, ge_d, gw_d = dense_oracle(_build("arcface"), emb_bf16.detach().float(), weight, labels)
+    loss_d, ge_d, gw_d, _ = dense_oracle(_build("arcface"), emb_bf16.detach().float(), weight, labels)
     assert rel(out.loss.detach(), loss_d) < 1e-5
     assert rel(grad_w_autocast, gw_d) < 1e-5 and rel(emb_bf16.grad.float(), ge_d) < 1e-2  # bf16 grad storage
 
@@ -251,51 +250,12 @@ def test_dense_path_is_the_oracle():
     dense = Classifier(layer, copy.deepcopy(head), path="dense")
     assert not dense.chunked
     out = dense(emb, labels)
-    loss_d, _, _ = dense_oracle(copy.deepcopy(head), emb, weight, labels)
+    loss_d, _, _, _ = dense_oracle(copy.deepcopy(head), emb, weight, labels)
     assert rel(out.loss.detach(), loss_d) < 1e-6
     # eval: the head's eval logits against every centre
     logits = Classifier(layer, head).eval()(emb)
     torch.testing.assert_close(logits, head(F.linear(F.normalize(emb), F.normalize(weight)).clamp(-1, 1)))
 
-
-def test_old_checkpoint_keys_and_targets_load(tiny_cfg, tmp_path):
-    """Checkpoints saved before the classifier package (keys `centers.weight`, `head.*`; hparams naming
-    `elasticface.centers.FullFC`) load into the module unchanged."""
-    from elasticface.module import FaceRecognitionModule
-    from elasticface.training import build_module
-
-    module = build_module(tiny_cfg("head=sphereface"), num_classes=5)
-    module.head.it += 7
-    state = {k.replace("classifier.", "", 1): v for k, v in module.state_dict().items()}
-    assert "centers.weight" in state and "head.it" in state
-    hparams = dict(module.hparams)
-    hparams["centers"] = {**hparams["centers"], "_target_": "elasticface.centers.FullFC"}
-    hparams.pop("classifier")
-    path = tmp_path / "old.ckpt"
-    torch.save({"state_dict": state, "hyper_parameters": hparams, "pytorch-lightning_version": "2.0.0"}, path)
-    loaded = FaceRecognitionModule.load_from_checkpoint(path)
-    assert torch.equal(loaded.centers.weight, module.centers.weight) and int(loaded.head.it) == 7
-    fresh = build_module(tiny_cfg("head=sphereface"), num_classes=5)
-    fresh.load_state_dict(state)  # plain load_state_dict too
-    assert torch.equal(fresh.centers.weight, module.centers.weight)
-
-
-
-def test_old_checkpoint_whose_head_omits_arguments_loads(tiny_cfg, tmp_path):
-    """Checkpoints saved while the head constructors had defaults name fewer head arguments (cosface: no
-    `guard`): they load, with the registry's values for what they omit."""
-    from elasticface.module import FaceRecognitionModule
-    from elasticface.training import build_module
-
-    module = build_module(tiny_cfg("head=cosface"), num_classes=5)
-    hparams = dict(module.hparams)
-    hparams["head"] = {k: v for k, v in hparams["head"].items() if k != "guard"}
-    path = tmp_path / "old.ckpt"
-    torch.save({"state_dict": module.state_dict(), "hyper_parameters": hparams, "pytorch-lightning_version": "2.0.0"},
-               path)
-    loaded = FaceRecognitionModule.load_from_checkpoint(path)
-    assert loaded.head.guard == "none" and loaded.hparams["head"]["guard"] == "none"
-    assert torch.equal(loaded.centers.weight, module.centers.weight)
 
 @pytest.mark.slow
 def test_bench_classifier_runs_and_refuses_a_chunk_size_beyond_c():

@@ -11,8 +11,7 @@ from conftest import ROOT
 from elasticface.cli.arguments import key_value_args
 
 #: the older module paths the README once named, and the command each still runs
-OLDER_PATHS = {"elasticface.eval.embed": "embed", "elasticface.eval.export": "export",
-               "elasticface.data.convert": "convert", "elasticface.report": "report"}
+OLDER_PATHS = {"elasticface.eval.embed": "embed", "elasticface.data.convert": "convert", "elasticface.report": "report"}
 
 
 def test_every_console_script_is_a_main_in_cli():
@@ -44,8 +43,8 @@ def test_older_module_paths_run_the_cli_command_and_help_needs_no_torch():
 
 
 def test_key_value_arguments_become_options():
-    argv = ["weights=a.ckpt", "ckpt_path=b.ckpt", "batch_size=4", "flip=false", "resize=True", "check=false",
+    argv = ["weights=a.ckpt", "batch_size=4", "flip=false", "resize=True", "check=false",
             "--out=x=y.npy", "--images", "faces", "positional", "-v"]  # a value with '=' goes as --key=value
     assert key_value_args(argv, flags=("flip", "resize")) == [
-        "--weights", "a.ckpt", "--weights", "b.ckpt", "--batch-size", "4", "--no-flip", "--resize",
+        "--weights", "a.ckpt", "--batch-size", "4", "--no-flip", "--resize",
         "--check", "false", "--out=x=y.npy", "--images", "faces", "positional", "-v"]

@@ -132,14 +132,14 @@ def test_eval_stores_the_threshold_compare_uses(model_dir, tmp_path, capsys):
     write_bin(str(tmp_path / "bins" / "lfw.bin"), images, issame)
     weights = tmp_path / "model.pt"
     weights.write_bytes((root / "model.pt").read_bytes())
-    from elasticface.eval.run import run
+    from elasticface.eval.run import evaluate
 
     GlobalHydra.instance().clear()
     with initialize_config_dir(version_base="1.3", config_dir=str(ROOT / "configs")):
         cfg = compose(config_name="eval", overrides=[f"weights={weights}", f"data.val_root={tmp_path / 'bins'}",
                                                      "data.val_sets=[lfw]", "device=cpu", "num_workers=0",
                                                      "plots=false", "allow_torchscript=true"])
-    (row,) = run(cfg, output_dir=str(tmp_path / "eval"))
+    (row,) = evaluate(cfg, output_dir=str(tmp_path / "eval"))
     assert "thresholds for elasticface-compare" in capsys.readouterr().out
     stored = json.loads((tmp_path / "model.pt.thresholds.json").read_text())
     # squared L2 between unit vectors is 2 - 2 cos: the protocol's distance threshold as a cosine

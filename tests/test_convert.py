@@ -132,7 +132,9 @@ def test_data_configs_instantiate(which, folder, tmp_path):
     for name in ("lfw", "cfp_fp", "agedb_30"):
         pairs_to_bin(str(pairs_to_bin_list), str(root), str(tmp_path / "rec" / f"{name}.bin"))
     cfg_path = os.path.join(os.path.dirname(__file__), "..", "configs", "data", f"{which}.yaml")
-    data = OmegaConf.load(cfg_path)
+    data = OmegaConf.load(cfg_path)  # with the shared base its defaults list names, as Hydra composes it
+    data.pop("defaults")
+    data = OmegaConf.merge(OmegaConf.load(os.path.join(os.path.dirname(cfg_path), "..", "_shared", "data.yaml")), data)
     cfg = OmegaConf.create({"data": data, "seed": 0})  # data.seed: ${seed} comes from train.yaml
     cfg.data.root = str(tmp_path / "rec") if which == "recordio" else str(root)
     cfg.data.num_workers = 0

@@ -107,7 +107,7 @@ def test_embed_folder_cli(tmp_path):
     np.testing.assert_allclose(emb[3], want, atol=1e-5)
     # Hydra-style arguments, no flip, raw embeddings
     out2 = str(tmp_path / "emb2.npy")
-    hydra_args = [f"model_path={ts}", f"images={images}", f"out={out2}", "flip=false", "normalize=false", "device=cpu",
+    hydra_args = [f"weights={ts}", f"images={images}", f"out={out2}", "flip=false", "normalize=false", "device=cpu",
                   "allow_torchscript=true"]
     assert main(hydra_args) == 0
     with torch.no_grad():

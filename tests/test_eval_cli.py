@@ -74,7 +74,7 @@ def eval_data(tmp_path_factory):
 
 def test_eval_cli_end_to_end(eval_data, tmp_path):
     out = tmp_path / "out"
-    cmd = [sys.executable, str(ROOT / "eval.py"), f"model_path={eval_data / 'model.pt'}", "allow_torchscript=true",
+    cmd = [sys.executable, str(ROOT / "eval.py"), f"weights={eval_data / 'model.pt'}", "allow_torchscript=true",
            f"data.val_root={eval_data / 'bins'}", f"pairs_file={eval_data / 'pairs.txt'}",
            f"image_root={eval_data / 'folder'}", f"ijb.root={eval_data / 'ijb'}",
            "ijb.target=IJBC", "device=cpu", "num_workers=0", "batch_size=16", f"hydra.run.dir={out}"]
@@ -101,20 +101,20 @@ def _compose_eval(overrides):
 
 
 def test_eval_onnx_matches_torchscript_in_process(eval_data, tmp_path):
-    from elasticface.eval.run import run
+    from elasticface.eval.run import evaluate
 
     base = [f"data.val_root={eval_data / 'bins'}", "data.val_sets=[lfw]", "device=cpu", "num_workers=0", "plots=false"]
-    a = run(_compose_eval(base + [f"model_path={eval_data / 'model.onnx'}"]), output_dir=str(tmp_path / "a"))
-    b = run(_compose_eval(base + [f"model_path={eval_data / 'model.pt'}", "allow_torchscript=true"]),
-            output_dir=str(tmp_path / "b"))
+    a = evaluate(_compose_eval(base + [f"weights={eval_data / 'model.onnx'}"]), output_dir=str(tmp_path / "a"))
+    b = evaluate(_compose_eval(base + [f"weights={eval_data / 'model.pt'}", "allow_torchscript=true"]),
+                 output_dir=str(tmp_path / "b"))
     assert a[0]["acc"] == b[0]["acc"] and a[0]["xnorm"] == pytest.approx(b[0]["xnorm"], rel=1e-4)
 
 
 def test_eval_without_sources_is_a_clear_error(tmp_path):
-    from elasticface.eval.run import run
+    from elasticface.eval.run import evaluate
 
     with pytest.raises(ValueError, match="nothing to evaluate"):
-        run(_compose_eval(["model_path=x.pt"]), output_dir=str(tmp_path))
+        evaluate(_compose_eval(["weights=x.pt"]), output_dir=str(tmp_path))
 
 
 def _tiny_checkpoint(path):
@@ -159,11 +159,11 @@ def test_training_validation_and_eval_embed_faces_identically(eval_data):
 def test_eval_and_export_from_checkpoint(eval_data, tmp_path):
     pytest.importorskip("elasticface.training")
     from elasticface.cli.export import main as export_main
-    from elasticface.eval.run import run
+    from elasticface.eval.run import evaluate
 
     ckpt = str(tmp_path / "tiny.ckpt")
     module = _tiny_checkpoint(ckpt)
-    rows = run(_compose_eval([f"ckpt_path={ckpt}", f"data.val_root={eval_data / 'bins'}", "data.val_sets=[lfw]",
+    rows = evaluate(_compose_eval([f"weights={ckpt}", f"data.val_root={eval_data / 'bins'}", "data.val_sets=[lfw]",
                               "device=cpu", "num_workers=0", "plots=false"]), output_dir=str(tmp_path / "ckpt"))
     assert rows[0]["benchmark"] == "lfw" and 0.0 <= rows[0]["acc"] <= 1.0
     onnx_path = str(tmp_path / "tiny.onnx")

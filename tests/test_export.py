@@ -7,7 +7,7 @@ import pytest
 import torch
 from torch import nn
 
-from elasticface.eval.embed import load_embedder
+from elasticface.eval.embed import load_model_file
 from elasticface.export import ExportMismatchError, export_onnx, export_torchscript
 
 pytest.importorskip("onnxruntime")
@@ -52,7 +52,7 @@ def test_onnx_export_dynamic_batch_matches_pytorch(tmp_path):
         assert got.shape == (batch, 512)
         np.testing.assert_allclose(got, model(x).detach().numpy(), atol=1e-3)
     # the same file works through the evaluation loader
-    emb = load_embedder(model_path=path, device="cpu", allow_torchscript=True)(torch.randn(2, 3, 112, 112))
+    emb = load_model_file(path, "cpu", allow_torchscript=True)(torch.randn(2, 3, 112, 112))
     assert emb.shape == (2, 512)
 
 
@@ -65,6 +65,6 @@ def test_torchscript_export(tmp_path):
     model = _model()
     path = str(tmp_path / "model.pt")
     assert export_torchscript(model, path) < 1e-4
-    loaded = load_embedder(model_path=path, device="cpu", allow_torchscript=True)
+    loaded = load_model_file(path, "cpu", allow_torchscript=True)
     x = torch.randn(3, 3, 112, 112)
     torch.testing.assert_close(loaded(x), model(x))

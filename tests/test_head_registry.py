@@ -1,15 +1,13 @@
-"""Every configs/head/<name>.yaml agrees with the head registry (heads/registry.py), the one source of the
-heads' defaults: same heads, same top-level m, s, sigma, same class and arguments, m/s/sigma interpolated."""
+"""The head registry (heads/registry.py) is the one home of the heads' defaults: every configs/head/<name>.yaml
+names a registered head and restates none of its values, and no constructor has a default of its own."""
 
 import inspect
 from pathlib import Path
 
 import pytest
-from hydra.errors import InstantiationException
-from hydra.utils import get_class, instantiate
 from omegaconf import OmegaConf
 
-from elasticface.heads.registry import HEADS, HeadEntry, build_head, with_omitted_arguments
+from elasticface.heads.registry import HEADS, HeadEntry
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs" / "head"
 FILES = sorted(CONFIGS.glob("*.yaml"))
@@ -19,32 +17,18 @@ def test_the_head_group_and_the_registry_name_the_same_heads():
     assert sorted(p.stem for p in FILES) == sorted(HEADS)
 
 
-def _check_node(where: str, raw, entry: HeadEntry, top: dict):
-    node = OmegaConf.to_container(raw, resolve=False)
-    cls = get_class(node.pop("_target_"))
-    assert cls is entry.cls, f"{where}._target_: YAML {cls.__name__}, registry {entry.cls.__name__}"
-    base = node.pop("base", None)
-    expected = entry.kwargs() if base is None else dict(entry.args)
-    for key, value in node.items():
-        if isinstance(value, str) and value.startswith("${"):
-            value = top[value[2:-1]]
-        assert key in expected, f"{where}.{key}: in the YAML ({value!r}) but not in the registry"
-        assert value == expected[key], f"{where}.{key}: YAML {value!r}, registry {expected[key]!r}"
-    missing = set(expected) - set(node)
-    assert not missing, f"{where}: registry arguments {sorted(missing)} missing from the YAML"
-    if base is not None:
-        inner = HeadEntry(entry.base.cls, entry.m, entry.s, entry.sigma, entry.base.args, aliases=entry.base.aliases)
-        _check_node(f"{where}.base", OmegaConf.create(base), inner, top)
-
-
 @pytest.mark.parametrize("path", FILES, ids=lambda p: p.stem)
-def test_head_yaml_matches_the_registry(path):
+def test_head_yaml_names_the_head_and_restates_no_value(path):
+    """The YAML builds its head through the registry and reads m, s, sigma from it: no number, no argument."""
+    name, entry = path.stem, HEADS[path.stem]
     cfg = OmegaConf.load(path)
-    entry = HEADS[path.stem]
-    for key in ("m", "s", "sigma"):
-        assert key in cfg, f"{path}: top-level {key} missing (null where the head has none)"
-        assert cfg[key] == getattr(entry, key), f"{path}: {key}: YAML {cfg[key]!r}, registry {getattr(entry, key)!r}"
-    _check_node(f"{path}: model.head", cfg.model.head, entry, {k: cfg[k] for k in ("m", "s", "sigma")})
+    node = OmegaConf.to_container(cfg.model.head, resolve=False)
+    keys = [k for k in ("m", "s", "sigma") if getattr(entry, k) is not None]
+    assert node == {"_target_": "elasticface.heads.build_head", "name": name, **{k: "${%s}" % k for k in keys}}
+    top = {k: v for k, v in OmegaConf.to_container(cfg, resolve=False).items() if k != "model"}
+    assert top == {k: f"${{head_default:{name},{k}}}" for k in keys}
+    resolved = OmegaConf.to_container(cfg, resolve=True)
+    assert {k: resolved[k] for k in keys} == {k: getattr(entry, k) for k in keys}
 
 
 def _entries() -> dict[str, HeadEntry]:
@@ -73,47 +57,47 @@ def test_the_registry_is_the_only_home_of_the_defaults(name):
 
 
 # head nodes as checkpoints saved before the constructors lost their defaults hold them (resolved)
-OLD_NODES = {
-    "cosface": {"_target_": "elasticface.heads.CosFace", "s": 64.0, "m": 0.35, "gradient": "exact"},
-    "subcenter_cosface": {
-        "_target_": "elasticface.heads.SubCenter",
-        "k": 3,
-        "base": {"_target_": "elasticface.heads.CosFace", "s": 64.0, "m": 0.35},
-    },
-    "subcenter_elastic_arc_plus": {
-        "_target_": "elasticface.heads.SubCenter",
-        "k": 3,
-        "base": {
-            "_target_": "elasticface.heads.ElasticArcFace",
-            "s": 64.0,
-            "m": 0.5,
-            "sigma": 0.0175,
-            "plus": True,
-            "plus_assignment": "paper",
-        },
-    },
-}
 
 
-def _described(head) -> list[str]:
-    heads = [head, head.base] if hasattr(head, "base") else [head]
-    return [f"{type(h).__name__}({h.extra_repr()})" for h in heads]
+def test_a_throw_away_head_is_one_class_and_one_registry_line(monkeypatch):
+    """Adding a head: a MarginHead subclass with one `train_plan`, and one registry entry. build_head, the
+    `${head_default:...}` resolver, the dense logits and the chunked classifier then take it as they are."""
+    import torch
+    import torch.nn.functional as F
 
+    from elasticface.classifier import Classifier, FullFC
+    from elasticface.cli.resolvers import head_default
+    from elasticface.heads import build_head
+    from elasticface.heads.base import MarginHead, check_range
+    from elasticface.heads.plan import HeadInputs, HeadPlan
 
-@pytest.mark.parametrize("name", sorted(OLD_NODES))
-def test_a_head_node_that_omits_arguments_gets_the_registry_values(name):
-    """Old checkpoints' head nodes name fewer arguments: the omitted ones come from the registry, and the head
-    is the one `head=<name>` builds today."""
-    old = OLD_NODES[name]
-    with pytest.raises(InstantiationException, match="required keyword-only argument"):
-        instantiate(old)
-    assert _described(instantiate(with_omitted_arguments(old))) == _described(build_head(name))
-    key, value = ("k", 5) if "k" in old else ("m", 0.3)
-    assert with_omitted_arguments({**old, key: value})[key] == value  # a given argument wins
+    class HalfMargin(MarginHead):
+        """Target ``s·(cos θ_y - m/2)``: a CosFace with half the margin (a throw-away for this test)."""
 
+        def __init__(self, *, s: float, m: float) -> None:
+            super().__init__(s)
+            self.m = check_range("m", m, 0.0, 2.0)
 
-@pytest.mark.parametrize("path", FILES, ids=lambda p: p.stem)
-def test_a_complete_head_node_is_left_as_it_is(path):
-    node = OmegaConf.to_container(OmegaConf.load(path), resolve=True)["model"]["head"]
-    completed = with_omitted_arguments(node)
-    assert completed == node and list(completed) == list(node)
+        def train_plan(self, batch: HeadInputs) -> HeadPlan:
+            s = self.s
+            return HeadPlan((batch.cos_y - self.m / 2) * s, lambda c: c * s, s)
+
+    monkeypatch.setitem(HEADS, "half_margin", HeadEntry(HalfMargin, m=0.4, s=30.0))
+    assert head_default("half_margin", "m") == 0.4 and head_default("half_margin", "s") == 30.0
+    head = build_head("half_margin")
+    assert (head.m, head.s) == (0.4, 30.0) and build_head("half_margin", m=None, s=10.0).s == 10.0
+    g = torch.Generator().manual_seed(0)
+    emb, weight = torch.randn(6, 8, generator=g), torch.randn(5, 8, generator=g)
+    labels = torch.tensor([0, 4, 2, -1, 1, 3])
+    cos = F.linear(F.normalize(emb), F.normalize(weight)).clamp(-1, 1)
+    logits, _ = head.logits(cos, labels)
+    rows = torch.arange(6)[labels >= 0]
+    # the independent rule, written out: 30·cos everywhere, 30·(cos - 0.2) at each labelled row's class
+    want = 30.0 * cos
+    want[rows, labels[rows]] = 30.0 * (cos[rows, labels[rows]] - 0.2)
+    torch.testing.assert_close(logits, want)
+    layer = FullFC(8, 5)
+    layer.weight.data.copy_(weight)
+    dense = F.cross_entropy(want, labels, ignore_index=-1)
+    chunked = Classifier(layer, head, chunk_size=2, path="chunked")(emb, labels).loss
+    torch.testing.assert_close(chunked, dense, rtol=1e-5, atol=1e-6)

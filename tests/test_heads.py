@@ -62,21 +62,20 @@ def test_contract(name):
     cos, labels, norms = _batch(C=10 * k)
     labels = labels.clamp(max=9)
     labels[3] = -1
-    out = head(cos, labels, norms if head.needs_norms else None)
+    out, plan = head.logits(cos, labels, norms if head.needs_norms else None)
     assert out.shape == (16, 10) and out.dtype == torch.float32 and torch.isfinite(out).all()
-    lm = head.last_margins
-    assert lm is None or (lm.shape == (15,) and not lm.requires_grad)
-    assert (head.aux_loss is not None) == (name == "magface")
+    assert plan.margins is None or (plan.margins.shape == (16,) and not plan.margins.requires_grad)
+    assert (plan.aux_loss is not None) == (name == "magface")
+    # nothing of the step is kept on the head: its attributes hold no tensor (buffers live in _buffers)
+    assert not [k for k, v in vars(head).items() if isinstance(v, torch.Tensor)]
     ev = head(cos)
     assert ev.shape == (16, 10) and torch.isfinite(ev).all()
     if name in ("softmax",):
         assert not head.normalized and torch.equal(out, cos) and torch.equal(ev, cos)
     elif name in ("arcface", "cosface", "elastic_arc", "normface", "magface", "curricularface"):
         assert torch.equal(ev, cos * head.s)
-    assert head.last_margins is None and head.aux_loss is None  # an eval call resets them
     head(cos, labels, norms if head.needs_norms else None)
-    clone = copy.deepcopy(head)  # EMA / SWA callbacks deepcopy the model after training steps
-    assert clone.last_margins is None and clone.aux_loss is None
+    copy.deepcopy(head)  # EMA / SWA callbacks deepcopy the model after training steps
     assert pickle.loads(pickle.dumps(head)).state_dict().keys() == head.state_dict().keys()
 
 
@@ -90,8 +89,9 @@ def test_label_minus_one_rows_get_no_margin():
         torch.testing.assert_close(out[::2], cos[::2] * head.s, rtol=0, atol=0)
     all_invalid = torch.full_like(labels, -1)
     head = build_head("elastic_arc_plus")
-    assert torch.equal(head(cos, all_invalid), cos * 64.0)
-    assert head.last_margins.numel() == 0
+    out, plan = head.logits(cos, all_invalid)
+    assert torch.equal(out, cos * 64.0)
+    assert plan.margins[all_invalid >= 0].numel() == 0
 
 
 def test_does_not_modify_input_and_keeps_grad():
@@ -190,8 +190,8 @@ def test_subcenter_pools_the_best_subcentre_of_each_class():
         head(torch.zeros(1, 5), torch.tensor([0]))
     mag = build_head("subcenter_magface", k=2)
     c, labels, norms = _batch(C=20)
-    mag(c, labels.clamp(max=9), norms)
-    assert mag.needs_norms and mag.aux_loss is not None and mag.last_margins is not None
+    _, plan = mag.logits(c, labels.clamp(max=9), norms)
+    assert mag.needs_norms and plan.aux_loss is not None and plan.margins is not None
 
 
 @pytest.mark.parametrize("head", ["arcface", "subcenter_arcface"])
@@ -276,13 +276,12 @@ def test_margin_stream_survives_state_dict_round_trip():
 def test_one_margin_per_sample_per_step_recorded():
     cos, labels, _ = _batch(B=128)
     head = build_head("elastic_cos", m=0.35, sigma=0.05, seed=0)
-    out = head(cos, labels)
-    m = head.last_margins
+    out, plan = head.logits(cos, labels)
+    m = plan.margins
     assert m.shape == (128,)
     rows = torch.arange(128)
     torch.testing.assert_close(out[rows, labels], 64.0 * (cos[rows, labels] - m))
-    head(cos, labels)
-    assert not torch.equal(m, head.last_margins)
+    assert not torch.equal(m, head.logits(cos, labels)[1].margins)
 
 
 def test_plus_paper_rank_correlation_is_minus_one():
@@ -320,12 +319,11 @@ def test_plus_with_label_minus_one_ranks_only_valid_rows():
 def test_plus_head_assigns_largest_margin_to_hardest_sample():
     cos, labels, _ = _batch(B=256)
     head = build_head("elastic_arc", plus=True, seed=0)
-    head(cos, labels)
+    margins = head.logits(cos, labels)[1].margins
     cos_y = cos[torch.arange(256), labels]
-    assert _spearman(head.last_margins, cos_y) == pytest.approx(-1.0, abs=1e-9)
+    assert _spearman(margins, cos_y) == pytest.approx(-1.0, abs=1e-9)
     head_off = build_head("elastic_arc", plus=True, plus_assignment="official", seed=0)
-    head_off(cos, labels)
-    assert abs(_spearman(head_off.last_margins, cos_y)) < 0.25
+    assert abs(_spearman(head_off.logits(cos, labels)[1].margins, cos_y)) < 0.25
 
 
 def test_global_rank_scope_falls_back_to_local_without_process_group():
@@ -344,9 +342,9 @@ def _global_worker(rank: int, world: int, port: int, q) -> None:
     labels = torch.randint(0, 10, (32,), generator=g)
     labels[rank] = -1
     head = build_head("elastic_arc", plus=True, seed=5, rank_scope="global")
-    head(cos, labels)
+    margins = head.logits(cos, labels)[1].margins
     cos_y = cos[torch.arange(32), labels.clamp(min=0)]
-    q.put((rank, cos_y.tolist(), (labels >= 0).tolist(), head._margins.tolist()))
+    q.put((rank, cos_y.tolist(), (labels >= 0).tolist(), margins.tolist()))
     dist.destroy_process_group()
 
 
@@ -464,7 +462,7 @@ def test_hydra_override_of_sigma_reaches_the_head(tmp_path):
     )
     with initialize_config_dir(config_dir=str(tmp_path), version_base=None):
         cfg = compose("primary", overrides=["head=elastic_arc_plus"])
-        assert cfg.sigma == 0.0175 and cfg.model.head.sigma == 0.0175 and cfg.model.head.plus
+        assert cfg.sigma == 0.0175 and cfg.model.head.sigma == 0.0175 and instantiate(cfg.model.head).plus
         cfg = compose("primary", overrides=["head=elastic_arc_plus", "sigma=0.02"])
         head = instantiate(cfg.model.head)
         assert head.sigma == 0.02 and head.plus and head.plus_assignment == "paper"

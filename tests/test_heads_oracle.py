@@ -40,7 +40,10 @@ def g_target(c: float, m1: float = 1.0, m2: float = 0.0, m3: float = 0.0, guard:
     raise AssertionError(guard)
 
 
-def oracle(name: str, head, cos: torch.Tensor, labels: torch.Tensor, norms: torch.Tensor | None, state: dict):
+def oracle(
+    name: str, head, cos: torch.Tensor, labels: torch.Tensor, norms: torch.Tensor | None, state: dict,
+    margins: torch.Tensor | None,
+):
     """Expected logits of ``head`` (a fresh one of ``name``), row by row; ``state`` holds pre-step buffers."""
     B, C = cos.shape
     rows = cos.tolist()
@@ -54,7 +57,7 @@ def oracle(name: str, head, cos: torch.Tensor, labels: torch.Tensor, norms: torc
         C = C // k
         out = [[0.0] * C for _ in range(B)]
         name, head, s = name[len("subcenter_") :], head.base, head.base.s
-    margins = head.last_margins.tolist() if head.last_margins is not None else None
+    margins = [m for m, y in zip(margins.tolist(), labels.tolist()) if y >= 0] if margins is not None else None
     mi = iter(margins) if margins is not None else None
 
     # batch-level statistics first (heads whose state update precedes the logits)
@@ -166,9 +169,9 @@ def test_loop_oracle_float64(name):
         }
         if name == "adacos" and math.isnan(state["s"]):
             state["s"] = math.sqrt(2) * math.log(cos.shape[1] - 1)
-        out = head(cos, labels, norms if head.needs_norms else None)
+        out, plan = head.logits(cos, labels, norms if head.needs_norms else None)
         assert out.dtype == torch.float64 and out.shape == (cos.shape[0], cos.shape[1] // k)
-        want = oracle(name, head, cos, labels, norms, state)
+        want = oracle(name, head, cos, labels, norms, state, plan.margins)
         torch.testing.assert_close(out, want, rtol=1e-9, atol=1e-9 * max(1.0, head.s or 1.0))
 
 
@@ -196,10 +199,10 @@ def test_margin_target_matches_oracle_for_every_guard(guard, m1, m2, m3, per_sam
 def test_magface_aux_loss_matches_oracle():
     head = build_head("magface").double()
     cos, labels, norms = sweep_batch()
-    head(cos, labels, norms)
+    aux = head.logits(cos, labels, norms)[1].aux_loss
     a = [min(110.0, max(10.0, x)) for x, y in zip(norms.tolist(), labels.tolist()) if y >= 0]
     want = 35.0 * sum(x / 110.0**2 + 1 / x for x in a) / len(a)
-    assert head.aux_loss.item() == pytest.approx(want, rel=1e-12)
+    assert aux.item() == pytest.approx(want, rel=1e-12)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -277,8 +280,8 @@ def test_gradcheck_interior(name):
             head.step = 0
         elif hasattr(head, "base") and hasattr(head.base, "step"):
             head.base.step = 0
-        out = head(c, labels, n if head.needs_norms else None)
-        return out if head.aux_loss is None else (out, head.aux_loss)
+        out, plan = head.logits(c, labels, n if head.needs_norms else None)
+        return out if plan.aux_loss is None else (out, plan.aux_loss)
 
     assert torch.autograd.gradcheck(fn, (cos, norms), eps=1e-6, atol=1e-5, rtol=1e-4)
 
@@ -372,7 +375,7 @@ def test_finite_at_coincidence_under_mixed_precision(name, s, precision):
             e = F.normalize(emb, dim=1) if head.normalized else emb
             cos = F.linear(e, W)
             assert cos.dtype == torch.bfloat16
-            logits = head(cos, labels, emb.norm(dim=1) if head.needs_norms else None)
+            logits, plan = head.logits(cos, labels, emb.norm(dim=1) if head.needs_norms else None)
             loss = F.cross_entropy(logits, labels.clamp(min=0))
     else:
         e = F.normalize(emb, dim=1) if head.normalized else emb
@@ -380,11 +383,11 @@ def test_finite_at_coincidence_under_mixed_precision(name, s, precision):
         cos[0, labels[0] * k] = 1.0 + 1e-7  # rounding past the valid range must be harmless
         if precision == "fp16":
             cos = cos.half()
-        logits = head(cos, labels, emb.norm(dim=1) if head.needs_norms else None)
+        logits, plan = head.logits(cos, labels, emb.norm(dim=1) if head.needs_norms else None)
         loss = F.cross_entropy(logits, labels.clamp(min=0))
     assert logits.dtype == torch.float32, "the head must compute in fp32"
-    if head.aux_loss is not None:
-        loss = loss + head.aux_loss
+    if plan.aux_loss is not None:
+        loss = loss + plan.aux_loss
     loss.backward()
     assert torch.isfinite(loss)
     assert torch.isfinite(emb.grad).all() and torch.isfinite(W.grad).all()

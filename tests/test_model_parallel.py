@@ -73,10 +73,10 @@ def reference(case: str) -> list[dict[str, torch.Tensor]]:
         emb.requires_grad_(True)
         layer.weight.grad = None
         norms = emb.norm(dim=1) if head.needs_norms else None
-        logits = head(layer(emb, labels)[0], labels, norms)
+        logits, plan = head.logits(layer(emb, labels)[0], labels, norms)
         loss = F.cross_entropy(logits, labels, ignore_index=-1)
-        if head.aux_loss is not None:
-            loss = loss + head.aux_loss
+        if plan.aux_loss is not None:
+            loss = loss + plan.aux_loss
         loss.backward()
         out.append({"loss": loss.detach(), "emb_grad": emb.grad, "centre_grad": layer.weight.grad.clone()})
     return out
@@ -307,10 +307,9 @@ def test_checkpoint_for_another_number_of_classes_is_refused(tiny_cfg):
 
     module = build_module(tiny_cfg("model=model_parallel"), num_classes=9)
     msg = r"hold 8 classes \(8 rows of classifier.centers.weight\) but the training data has num_classes=9"
-    for key in ("classifier.centers.weight", "centers.weight"):  # the key of checkpoints before the classifier package
-        with pytest.raises(ValueError, match=msg):
-            module.on_load_checkpoint({"state_dict": {key: torch.zeros(8, 32)}})
-    module.on_load_checkpoint({"state_dict": {"centers.weight": torch.zeros(9, 32)}})
+    with pytest.raises(ValueError, match=msg):
+        module.on_load_checkpoint({"state_dict": {"classifier.centers.weight": torch.zeros(8, 32)}})
+    module.on_load_checkpoint({"state_dict": {"classifier.centers.weight": torch.zeros(9, 32)}})
 
 
 @pytest.mark.slow

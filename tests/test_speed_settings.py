@@ -37,7 +37,14 @@ class DtypeProbe(pl.Callback):
         pl_module.centers.register_forward_hook(
             lambda m, i, o: self.seen["cos"].add(o[0].dtype) if m.training else None
         )
-        pl_module.head.register_forward_hook(lambda m, i, o: self.seen["logits"].add(o.dtype) if m.training else None)
+        plan = pl_module.head.plan  # the head's one training call, on the dense and the chunked path
+
+        def probed(*args, **kwargs):
+            out = plan(*args, **kwargs)
+            self.seen["logits"].add(out.target.dtype)
+            return out
+
+        pl_module.head.plan = probed
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         self.seen["loss"].add((outputs["loss"].dtype, bool(torch.isfinite(outputs["loss"]))))

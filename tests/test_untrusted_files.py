@@ -341,13 +341,13 @@ def test_torchscript_needs_the_explicit_option(tmp_path, monkeypatch):
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
 
-    from elasticface.eval.run import run
+    from elasticface.eval.run import evaluate
 
     GlobalHydra.instance().clear()
     with initialize_config_dir(version_base="1.3", config_dir=str(ROOT / "configs")):
         cfg = compose(config_name="eval", overrides=[f"weights={ts}", f"data.val_root={tmp_path}", "device=cpu"])
     with pytest.raises(TorchScriptRefused, match="allow_torchscript=true"):
-        run(cfg, output_dir=str(tmp_path / "eval"))
+        evaluate(cfg, output_dir=str(tmp_path / "eval"))
     assert loads == [str(ts)] and not (tmp_path / "eval" / "results.json").exists()
 
 

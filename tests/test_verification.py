@@ -325,14 +325,11 @@ def _tiny_lightning_run(tmp_path, loggers):
 
     emb, issame = _fused_dataset(30, seed=9)
 
-    class Head(nn.Module):
-        last_margins = torch.full((8,), 0.5) + 0.05 * torch.randn(8)
-
     class Module(pl.LightningModule):
         def __init__(self):
             super().__init__()
             self.layer = nn.Linear(32, 32)
-            self.head = Head()
+            self.last_margins = torch.full((8,), 0.5) + 0.05 * torch.randn(8)
             self.last_theta_y = None
             self.val_metrics = nn.ModuleDict({"toy": VerificationAccuracy(issame)})
 

@@ -18,42 +18,17 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 from torch import Tensor, nn
 
-from elasticface.classifier import Classifier
+from elasticface.classifier import Classifier, ClassifierOutput
 from elasticface.utils.distributed import rank_and_world
 from elasticface.data.faults import too_small_to_train
-from elasticface.heads.registry import with_omitted_arguments
+from elasticface.heads.base import MarginHead
 from elasticface.metrics.verification import VerificationAccuracy, flip_fused_embeddings
 from elasticface.utils.lightning_private import attached_trainer, should_update_logs
 from elasticface.utils.speed import check_compile_setting, compile_available, compile_in_place, should_compile
 from elasticface.untrusted import build_from_checkpoint
 
-#: class-layer targets of checkpoints saved before the classifier package (their hyperparameters name them)
-_MOVED_TARGETS = {
-    "elasticface.centers.FullFC": "elasticface.classifier.FullFC",
-    "elasticface.centers.PartialFC": "elasticface.classifier.PartialFC",
-    "elasticface.sharded_centers.ShardedFC": "elasticface.classifier.ShardedFC",
-}
-#: state-dict prefixes of checkpoints saved before the classifier package
-_MOVED_PREFIXES = (("centers.", "classifier.centers."), ("head.", "classifier.head."))
-
-
 def _plain(cfg: Any) -> Any:
     return OmegaConf.to_container(cfg, resolve=True) if isinstance(cfg, DictConfig) else cfg
-
-
-def _moved_target(cfg: Any) -> Any:
-    if isinstance(cfg, dict) and cfg.get("_target_") in _MOVED_TARGETS:
-        return {**cfg, "_target_": _MOVED_TARGETS[cfg["_target_"]]}
-    return cfg
-
-
-def _remap_old_keys(module: nn.Module, state_dict: dict[str, Any], prefix: str, *args: Any) -> None:
-    """Load-time rename of the class layer's keys of old checkpoints (`centers.weight` ->
-    `classifier.centers.weight`)."""
-    for key in list(state_dict):
-        for old, new in _MOVED_PREFIXES:
-            if key.startswith(prefix + old):
-                state_dict[prefix + new + key[len(prefix + old):]] = state_dict.pop(key)
 
 
 def partial_validation(trainer: pl.Trainer) -> bool:
@@ -86,18 +61,17 @@ class FaceRecognitionModule(pl.LightningModule):
             raise ValueError(f"model.backbone_lr_scale={backbone_lr_scale!r}: expected a number >= 0")
         backbone, head, centers, optimizer, scheduler, classifier = map(
             _plain, (backbone, head, centers, optimizer, scheduler, classifier))
-        centers = _moved_target(centers)
-        head = with_omitted_arguments(head)
         self.save_hyperparameters(logger=False)  # train.py logs the whole resolved config instead
         self.backbone: nn.Module = instantiate(backbone)
-        head_module: nn.Module = instantiate(head)
+        head_module = instantiate(head)
+        if not isinstance(head_module, MarginHead):
+            raise ValueError(f"model.head: {head.get('_target_')!r} builds a {type(head_module).__name__}, "
+                             "expected a subclass of elasticface.heads.MarginHead")
         centers_module = instantiate(centers)(
             embedding_size=embedding_size, num_classes=num_classes,
-            centers_per_class=getattr(head_module, "centers_per_class", 1),
-            normalize=getattr(head_module, "normalized", True),
+            centers_per_class=head_module.centers_per_class, normalize=head_module.normalized,
         )
         self.classifier = Classifier(centers_module, head_module, **(classifier or {}))
-        self._register_load_state_dict_pre_hook(_remap_old_keys, with_module=True)
         self.channels_last = channels_last
         if channels_last:
             self.backbone.to(memory_format=torch.channels_last)
@@ -109,6 +83,7 @@ class FaceRecognitionModule(pl.LightningModule):
         self.validated_at_step: int | None = None
         self._theta_y: Tensor | None = None
         self._theta_valid: Tensor | None = None
+        self._margins: Tensor | None = None
         self._skipped_records: Tensor | None = None
 
     @classmethod
@@ -117,10 +92,10 @@ class FaceRecognitionModule(pl.LightningModule):
         """The module of a checkpoint, which is data: read with weights_only=True from a local file, every
         `_target_` of its hyperparameters checked against `elasticface.untrusted`'s allowlist before anything is
         built (`overrides` are the caller's and unchecked)."""
-        return build_from_checkpoint(cls, checkpoint_path, map_location, strict, renamed=_MOVED_TARGETS, **overrides)
+        return build_from_checkpoint(cls, checkpoint_path, map_location, strict, **overrides)
 
     @property
-    def head(self) -> nn.Module:
+    def head(self) -> MarginHead:
         """The margin head (inside the classifier); callbacks read its settings."""
         return self.classifier.head
 
@@ -166,19 +141,15 @@ class FaceRecognitionModule(pl.LightningModule):
                      sync_dist=True)
             self._skipped_records = None
 
-    @property
-    def sharded_centers(self) -> bool:
-        """True when this rank holds only a slice of the class centres (ShardedFC under DDP)."""
-        return self.classifier.sharded
-
-    def log_batch_stats(self, out: Any, batch: tuple[Tensor, ...]) -> None:
+    def log_batch_stats(self, out: ClassifierOutput, batch: tuple[Tensor, ...]) -> None:
         """Margins drawn this step, the target angles, and records the loader had to drop.
 
         Keeping only rows with a label (a boolean mask) syncs the device with the host, so the step
         stores all rows and the statistics are computed only on the steps the loggers write.
         """
-        if getattr(self.head, "normalized", True):
+        if self.head.normalized:
             self._theta_y, self._theta_valid = out.theta_y, out.valid
+        self._margins = out.margins
         if len(batch) > 2 and isinstance(batch[2], Tensor):  # summed on the device, logged at the epoch's end
             skipped = batch[2].float().sum()
             self._skipped_records = skipped if self._skipped_records is None else self._skipped_records + skipped
@@ -187,10 +158,17 @@ class FaceRecognitionModule(pl.LightningModule):
         theta_y = self.last_theta_y
         if theta_y is not None and theta_y.numel():
             self.log("train/theta_y_mean_deg", torch.rad2deg(theta_y.mean()), on_step=True)
-        margins = out.margins if out.margin_valid is None or out.margins is None else out.margins[out.margin_valid]
+        margins = out.valid_margins
         if margins is not None and margins.numel() > 1:
             self.log("train/margin_mean", margins.mean(), on_step=True)
             self.log("train/margin_std", margins.std(), on_step=True)
+
+    @property
+    def last_margins(self) -> Tensor | None:
+        """Per-sample margins the head applied in the last training batch (rows with a label), if it has any."""
+        if self._margins is None or self._theta_valid is None:
+            return self._margins
+        return self._margins[self._theta_valid]
 
     @property
     def last_theta_y(self) -> Tensor | None:
@@ -261,10 +239,7 @@ class FaceRecognitionModule(pl.LightningModule):
         self.classifier.gather_checkpoint(checkpoint, self._CENTERS_KEY, optimizers)
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        """Rename old checkpoints' class-layer keys; refuse centres for another number of classes; keep
-        this rank's rows of sharded centres."""
-        state = checkpoint.get("state_dict", {})
-        _remap_old_keys(self, state, "")
+        """Refuse centres for another number of classes; keep this rank's rows of sharded centres."""
         path = getattr(attached_trainer(self), "ckpt_path", None) or "the checkpoint"
         self.classifier.slice_checkpoint(checkpoint, self._CENTERS_KEY, self.hparams.num_classes, str(path))
 

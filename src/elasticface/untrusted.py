@@ -106,23 +106,22 @@ def _check_timm_node(node: Mapping[str, Any], target: str, source: str, path: st
             raise _refuse(source, f"{path}.{key}", f"{node[key]!r}: timm would download or read another file")
 
 
-def check_targets(config: Any, source: str, renamed: Mapping[str, str] | None = None, path: str = "") -> None:
+def check_targets(config: Any, source: str, path: str = "") -> None:
     """Refuse (UntrustedFileError naming ``source``, the key path and the target) any node of ``config``
     (plain dicts and lists, as a checkpoint holds them) that Hydra would build from something outside
-    :func:`allowed_targets`. ``renamed`` maps old target names the loader rewrites to their current ones."""
+    :func:`allowed_targets`."""
     if isinstance(config, str):
         if "${" in config:
             raise _refuse(source, path, f"{config!r} is an interpolation; a saved config holds resolved values")
         return
     if isinstance(config, (list, tuple)):
         for i, item in enumerate(config):
-            check_targets(item, source, renamed, f"{path}[{i}]")
+            check_targets(item, source, f"{path}[{i}]")
         return
     if not isinstance(config, Mapping):
         return
     if "_target_" in config:  # the outer target first: the error names what the file asked for
         target = config["_target_"]
-        target = (renamed or {}).get(target, target) if isinstance(target, str) else target
         if not isinstance(target, str) or target not in allowed_targets():
             raise _refuse(source, f"{path}._target_" if path else "_target_", f"target {target!r} is not allowed")
         _check_timm_node(config, target, source, path or "_target_")
@@ -132,7 +131,7 @@ def check_targets(config: Any, source: str, renamed: Mapping[str, str] | None = 
             raise _refuse(source, where, f"a key of type {type(key).__name__}")
         if key.startswith("_") and key.endswith("_") and key not in _HYDRA_KEYS:
             raise _refuse(source, where, "an instantiate option this loader does not take")
-        check_targets(value, source, renamed, where)
+        check_targets(value, source, where)
     if not isinstance(config.get("_partial_", False), bool) or not isinstance(config.get("_recursive_", True), bool):
         raise _refuse(source, path, "_partial_ and _recursive_ must be true or false")
     if str(config.get("_convert_", "none")).lower() not in _CONVERT_MODES:
@@ -167,7 +166,7 @@ def read_checkpoint(path: str | os.PathLike, map_location: Any = "cpu", mmap: bo
 
 
 def build_from_checkpoint(cls: type[M], path: str | os.PathLike, map_location: Any = None, strict: bool | None = None,
-                          renamed: Mapping[str, str] | None = None, **overrides: Any) -> M:
+                          **overrides: Any) -> M:
     """``cls`` built from a checkpoint's hyperparameters (their targets checked first; ``overrides`` are the
     caller's own and unchecked), then loaded with its state: what Lightning's ``load_from_checkpoint`` does,
     with the checkpoint read as data."""
@@ -177,7 +176,7 @@ def build_from_checkpoint(cls: type[M], path: str | os.PathLike, map_location: A
     if not isinstance(checkpoint.get("state_dict"), Mapping):
         raise UntrustedFileError(f"{path}: not a Lightning checkpoint of a model (no state_dict)")
     hparams = dict(checkpoint.get("hyper_parameters") or {})
-    check_targets({k: v for k, v in hparams.items() if k not in overrides}, f"{path} (hyper_parameters)", renamed)
+    check_targets({k: v for k, v in hparams.items() if k not in overrides}, f"{path} (hyper_parameters)")
     model = cls(**{**hparams, **overrides})
     if hasattr(model, "on_load_checkpoint"):
         model.on_load_checkpoint(checkpoint)

@@ -3,19 +3,22 @@
 At the end of a validation epoch, for every pair set in `pl_module.val_metrics`, an ROC figure and a
 genuine/impostor histogram go to every logger that takes images (W&B, TensorBoard); CSV and other
 loggers are skipped. Every `trainer.log_every_n_steps` training steps, the per-sample margins of the
-head (`pl_module.head.last_margins`) and the target angles θ_y (`pl_module.last_theta_y`, degrees) are
+head (`pl_module.last_margins`) and the target angles θ_y (`pl_module.last_theta_y`, degrees) are
 logged as histograms. Under DDP every rank gathers the metric states (a collective), and only rank 0
 draws and logs.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pytorch_lightning as pl
 import torch
 from pytorch_lightning.utilities import rank_zero_warn
+
+if TYPE_CHECKING:
+    from elasticface.module import FaceRecognitionModule
 
 
 def _is_wandb(logger: Any) -> bool:
@@ -121,7 +124,7 @@ class VerificationPlots(pl.Callback):
             plt.close(fig)
 
     def on_train_batch_end(
-        self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any, batch_idx: int
+        self, trainer: pl.Trainer, pl_module: FaceRecognitionModule, outputs: Any, batch: Any, batch_idx: int
     ) -> None:
         if not self.histograms or not trainer.is_global_zero:
             return
@@ -132,8 +135,8 @@ class VerificationPlots(pl.Callback):
         loggers = self._image_loggers(trainer)
         if not loggers:
             return
-        margins = _as_numpy(getattr(getattr(pl_module, "head", None), "last_margins", None))
-        theta = _as_numpy(getattr(pl_module, "last_theta_y", None))
+        margins = _as_numpy(pl_module.last_margins)
+        theta = _as_numpy(pl_module.last_theta_y)
         for logger in loggers:
             if margins is not None:
                 log_histogram(logger, "train/margins", margins, step)

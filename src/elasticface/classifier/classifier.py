@@ -32,9 +32,11 @@ from elasticface.classifier.chunked import (
     target_cosines,
 )
 from elasticface.classifier.dense import margin_softmax_loss
-from elasticface.heads.shard import ClassShard, use_shard
-from elasticface.utils.distributed import scale_grad
 from elasticface.classifier.sharded import ShardedFC
+from elasticface.heads.base import MarginHead
+from elasticface.heads.plan import HeadPlan
+from elasticface.heads.shard import ClassShard
+from elasticface.utils.distributed import scale_grad
 
 PATHS = ("auto", "chunked", "dense")
 
@@ -45,8 +47,12 @@ class ClassifierOutput:
     aux: Tensor | None  # the head's auxiliary loss (MagFace), already included in `loss`
     theta_y: Tensor  # [N] detached angle (radians) to each row's class centre (closest sub-centre); N = global rows
     valid: Tensor  # [N] rows with a label (the others have no θ_y)
-    margins: Tensor | None  # [N] detached per-sample margins (Elastic*, MagFace, AdaFace); rows `margin_valid`
-    margin_valid: Tensor | None
+    margins: Tensor | None  # [N] detached per-sample margins (Elastic*, MagFace, AdaFace); rows `valid`
+
+    @property
+    def valid_margins(self) -> Tensor | None:
+        """The margins of the rows with a label (a boolean mask: one host sync, so only where logged)."""
+        return None if self.margins is None else self.margins[self.valid]
 
 
 class Classifier(nn.Module):
@@ -57,7 +63,7 @@ class Classifier(nn.Module):
     head's chunked step is as fast as its dense one: ``head.chunked_by_default``), ``chunked``, ``dense``.
     """
 
-    def __init__(self, centers: FullFC, head: nn.Module, chunk_size: int | None = None, path: str = "auto") -> None:
+    def __init__(self, centers: FullFC, head: MarginHead, chunk_size: int | None = None, path: str = "auto") -> None:
         super().__init__()
         if path not in PATHS:
             raise ValueError(f"classifier path={path!r}: must be one of {list(PATHS)}")
@@ -67,10 +73,6 @@ class Classifier(nn.Module):
             or not 1 <= chunk_size <= centers.num_classes
         ):
             raise ValueError(f"chunk_size={chunk_size!r}: must be an integer in [1, num_classes={centers.num_classes}]")
-        if path == "chunked" and not getattr(head, "chunkable", False):
-            raise ValueError(
-                f"classifier path='chunked': {type(head).__name__} has no chunked form; use path=auto or dense"
-            )
         self.centers = centers
         self.head = head
         self.chunk_size = chunk_size
@@ -83,7 +85,7 @@ class Classifier(nn.Module):
         a chunk does and skips the backward's recomputation of the cosines (docs/class_layer.md)."""
         if self.path != "auto":
             return self.path == "chunked"
-        return getattr(self.head, "chunked_by_default", False) and self.centers.num_classes > (
+        return self.head.chunked_by_default and self.centers.num_classes > (
             self.chunk_size or DEFAULT_CHUNK_SIZE
         )
 
@@ -93,6 +95,8 @@ class Classifier(nn.Module):
         return isinstance(self.centers, ShardedFC) and self.centers.is_sharded
 
     # -- the step ------------------------------------------------------------------------------------
+    head: MarginHead
+
     def forward(self, embeddings: Tensor, labels: Tensor | None = None) -> ClassifierOutput | Tensor:
         if labels is None:  # eval: the head's logits against every (local) centre
             cos, _ = self.centers(embeddings)
@@ -111,13 +115,14 @@ class Classifier(nn.Module):
             return self._dense(embeddings, labels, shard)
 
     def _dense(self, embeddings: Tensor, labels: Tensor, shard: ClassShard | None) -> ClassifierOutput:
-        out = margin_softmax_loss(self.centers, self.head, embeddings, labels, shard)
+        num_columns = self._num_columns(self.centers.num_classes, shard, labels.numel())
+        out = margin_softmax_loss(self.centers, self.head, embeddings, labels, shard, num_columns)
         k = self.centers.centers_per_class
         cos_y = out.cos.detach().gather(1, out.labels.clamp_min(0)[:, None] * k + torch.arange(k, device=labels.device))
         cos_y, valid = cos_y.amax(dim=1), out.labels >= 0
         if shard is not None:  # the target column of a row may live on another rank
             cos_y, valid = shard.target_cos(cos_y, valid), shard.valid
-        return self._output(out.loss, out.aux, cos_y, valid)
+        return self._output(out.loss, out.plan, cos_y, valid)
 
     def _chunked(self, embeddings: Tensor, labels: Tensor, shard: ClassShard | None) -> ClassifierOutput:
         centers, head = self.centers, self.head
@@ -138,7 +143,7 @@ class Classifier(nn.Module):
             cos_y0 = target_cosines(x, weight, mapped, k, normalize).amax(dim=1)
         stand_in = cos_y0.clone().requires_grad_(torch.is_grad_enabled())
         cos_y, valid = stand_in, owned
-        norms = embeddings.norm(dim=1) if getattr(head, "needs_norms", False) else None
+        norms = embeddings.norm(dim=1) if head.needs_norms else None
         if shard is not None:
             cos_y = sum_shards(torch.where(owned, cos_y, torch.zeros_like(cos_y)))
             valid = shard.valid
@@ -150,9 +155,8 @@ class Classifier(nn.Module):
                 lse = nontarget_lse(x.detach(), weight.detach(), mapped, fn, k, chunk, normalize, scale)
                 return lse if shard is None else combine_shards(lse)
 
-        with use_shard(shard):
-            num_columns = self._num_columns(num, shard, mapped.numel())
-            plan = head.plan(cos_y, valid, norms, num_columns=num_columns, nontarget_lse=lse_of)
+        num_columns = self._num_columns(num, shard, mapped.numel())
+        plan = head.plan(cos_y, valid, norms, num_columns=num_columns, nontarget_lse=lse_of, shard=shard)
         lse, cos_t = chunked_logits(x, weight, mapped, plan.nontarget, k, chunk, normalize, plan.scale)
         if shard is not None:
             lse = combine_shards(lse)
@@ -164,10 +168,9 @@ class Classifier(nn.Module):
                 z_y = z_y + slope * (local - local.detach())
         per_row = torch.logaddexp(lse, z_y) - z_y
         loss = torch.where(valid, per_row, torch.zeros_like(per_row)).sum() / valid.sum().to(per_row.dtype)
-        aux = getattr(head, "aux_loss", None)
-        if aux is not None:  # a function of the norms, whose gradient is already counted once across ranks
-            loss = loss + aux
-        return self._output(loss, aux, cos_y.detach(), valid)
+        if plan.aux_loss is not None:  # a function of the norms, whose gradient is already counted once across ranks
+            loss = loss + plan.aux_loss
+        return self._output(loss, plan, cos_y.detach(), valid)
 
     def _num_columns(self, local: int, shard: ClassShard | None, batch_size: int) -> int:
         """Classes the dense head would see: all shards' (sampled) columns."""
@@ -177,10 +180,9 @@ class Classifier(nn.Module):
             return self.centers.num_classes
         return self.centers.num_columns_all_ranks(batch_size)
 
-    def _output(self, loss: Tensor, aux: Tensor | None, cos_y: Tensor, valid: Tensor) -> ClassifierOutput:
-        theta_y = torch.acos(cos_y.detach().clamp(-1.0, 1.0)) if getattr(self.head, "normalized", True) else cos_y
-        margins = getattr(self.head, "step_margins", None)
-        return ClassifierOutput(loss, aux, theta_y, valid, *(margins if margins is not None else (None, None)))
+    def _output(self, loss: Tensor, plan: HeadPlan, cos_y: Tensor, valid: Tensor) -> ClassifierOutput:
+        theta_y = torch.acos(cos_y.detach().clamp(-1.0, 1.0)) if self.head.normalized else cos_y
+        return ClassifierOutput(loss, plan.aux_loss, theta_y, valid, plan.margins)
 
     # -- sharded centres and checkpoints ---------------------------------------------------------------
     def shard(self, rank: int, world: int) -> list[nn.Parameter]:

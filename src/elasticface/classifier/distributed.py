@@ -5,7 +5,7 @@ all classes is then reduced across ranks. Three pieces make that exact:
 
 - :func:`gather_rows`: all-gather along the batch with the gradient summed back to the owning rank,
   so every embedding receives the full dL/dx from all shards.
-- :class:`ClassShard` (made active with :func:`use_shard`): what a head needs to know when its ``cos``
+- :class:`ClassShard` (handed to the head with the batch): what a head needs to know when its ``cos``
   holds only some columns: each row's ``cos θ_y`` wherever its class lives, which rows have a label
   at all, and reductions over the class dimension (AdaCos, CurricularFace, ElasticFace+ read them).
 - :func:`sharded_cross_entropy`: the cross-entropy of the full softmax from per-rank column slices

@@ -10,7 +10,7 @@ import argparse
 from collections.abc import Collection, Mapping, Sequence
 
 #: the model file's older names, and the Hydra jobs' spelling of shared options
-ALIASES = {"ckpt_path": "weights", "model_path": "weights", "batch_size": "batch-size", "num_workers": "num-workers"}
+ALIASES = {"batch_size": "batch-size", "num_workers": "num-workers"}
 
 
 def key_value_args(argv: Sequence[str], flags: Collection[str] = (),

@@ -17,10 +17,10 @@ register_resolvers()  # before Hydra composes: the configs use ${cwd:}
 
 @hydra.main(version_base="1.3", config_path=str(config_dir()), config_name="eval")
 def job(cfg: DictConfig) -> None:
-    from elasticface.eval.run import run  # here, so that --help and --cfg job answer without importing torch
+    from elasticface.eval.run import evaluate  # here, so that --help and --cfg job answer without importing torch
 
     with one_line_errors("elasticface-eval"):
-        run(cfg)
+        evaluate(cfg)
 
 
 def main() -> None:

@@ -9,7 +9,7 @@ format follows `--out`'s suffix (.onnx, .pth) or `--format`::
     elasticface-export weights=last.ckpt out=model.onnx   # key=value, as in the Hydra jobs
 
 Every export is checked against the PyTorch model on random inputs of two batch sizes (`elasticface.export`).
-The same command as `python -m elasticface.cli.export` (and the older `python -m elasticface.eval.export`).
+The same command as `python -m elasticface.cli.export`.
 """
 
 from __future__ import annotations

@@ -37,6 +37,18 @@ def config_group_options(group: str) -> str:
     return f"{group}: {', '.join(options) or 'none'}"
 
 
+def head_default(name: str, key: str) -> float | None:
+    """`${head_default:<head>,<m|s|sigma>}`: a head's paper default, read from the registry (its one home).
+
+    Imported when a config resolves, so that `--help` and `--cfg job` answer without importing torch.
+    """
+    from elasticface.heads.registry import head_entry
+
+    if key not in ("m", "s", "sigma"):
+        raise ValueError(f"head_default:{name},{key}: the key must be one of m, s, sigma")
+    return getattr(head_entry(name), key)
+
+
 def register_resolvers() -> None:
     """Register every resolver configs/ uses; a second call changes nothing."""
     resolvers = {
@@ -44,6 +56,7 @@ def register_resolvers() -> None:
         "short_dirname": short_dirname,
         "cwd": os.getcwd,
         "config_group_options": config_group_options,
+        "head_default": head_default,
         "run_stamp": run_stamp,  # one run directory for all nodes of a multi-node job
         # what a run is called on the dashboards (loggers/run_names.py)
         "run_name": lambda *, _root_: run_name(_root_),

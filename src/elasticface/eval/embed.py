@@ -129,24 +129,11 @@ def load_model_file(path: str, device: str | torch.device = "auto", backbone: st
     return backbone_from_weights(path, backbone, embedding_size).to(device)
 
 
-def one_model_file(**options: str | None) -> str:
-    """The model file of a command that accepts it under several names (weights, ckpt_path, model_path)."""
-    given = {k: str(v) for k, v in options.items() if v not in (None, "")}
-    if not given:
-        raise ValueError(f"no model file: give {' or '.join(options)}=<file> (a .ckpt, a backbone .pth/.pt, "
-                         f"TorchScript or .onnx)")
-    if len(set(given.values())) > 1:
-        raise ValueError(f"two model files: {', '.join(f'{k}={v}' for k, v in given.items())}; give one")
-    return next(iter(given.values()))
-
-
-def load_embedder(ckpt_path: str | None = None, model_path: str | None = None, device: str | torch.device = "auto",
-                  weights: str | None = None, backbone: str | Mapping[str, Any] | None = None,
-                  embedding_size: int | None = None, allow_torchscript: bool = False) -> Embedder:
-    """:func:`load_model_file` of the one file given as ``weights`` (or its older names ``ckpt_path``,
-    ``model_path``)."""
-    path = one_model_file(weights=weights, ckpt_path=ckpt_path, model_path=model_path)
-    return load_model_file(path, device, backbone, embedding_size, allow_torchscript)
+def one_model_file(weights: str | None) -> str:
+    """The model file given as ``weights``, or an error that says what may be given."""
+    if weights in (None, ""):
+        raise ValueError("no model file: give weights=<file> (a .ckpt, a backbone .pth/.pt, TorchScript or .onnx)")
+    return str(weights)
 
 
 # -- a folder of aligned faces ---------------------------------------------------------------------------

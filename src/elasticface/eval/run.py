@@ -108,7 +108,7 @@ def backbone_option(cfg: DictConfig) -> dict[str, Any] | None:
     return spec
 
 
-def run(cfg: DictConfig, output_dir: str | None = None) -> list[dict[str, Any]]:
+def evaluate(cfg: DictConfig, output_dir: str | None = None) -> list[dict[str, Any]]:
     """Evaluate and save; returns the table rows (one dict per benchmark)."""
     from elasticface.eval.embed import load_model_file, one_model_file
     from elasticface.eval.embedding_loop import evaluate_pair_set, resolve_device
@@ -120,9 +120,7 @@ def run(cfg: DictConfig, output_dir: str | None = None) -> list[dict[str, Any]]:
         raise ValueError("nothing to evaluate: set data.val_root=<folder with .bin sets>, "
                          "pairs_file=... image_root=..., and/or ijb.root=...")
     device = resolve_device(cfg.get("device", "auto"))
-    model_file = one_model_file(
-        weights=cfg.get("weights"), ckpt_path=cfg.get("ckpt_path"), model_path=cfg.get("model_path")
-    )
+    model_file = one_model_file(cfg.get("weights"))
     model = load_model_file(model_file, device, backbone_option(cfg), OmegaConf.select(cfg, "model.embedding_size"),
                             allow_torchscript=bool(cfg.get("allow_torchscript", False)))
     sets = verification_sets(cfg)  # read once the model file is known to be usable
@@ -156,8 +154,7 @@ def run(cfg: DictConfig, output_dir: str | None = None) -> list[dict[str, Any]]:
             np.save(os.path.join(output_dir, f"{ijb_cfg.target}_scores.npy"), res["scores"])
             np.save(os.path.join(output_dir, f"{ijb_cfg.target}_labels.npy"), res["labels"])
 
-    meta = {"weights": model_file, "ckpt_path": cfg.get("ckpt_path"), "model_path": cfg.get("model_path"),
-            "flip": bool(cfg.flip), "config": OmegaConf.to_container(cfg, resolve=False)}
+    meta = {"weights": model_file, "flip": bool(cfg.flip), "config": OmegaConf.to_container(cfg, resolve=False)}
     json_path, csv_path = write_results(rows, output_dir, meta)
     print(format_table(rows))
     print(f"results: {json_path} {csv_path}")

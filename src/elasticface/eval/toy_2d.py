@@ -238,7 +238,7 @@ def summarize_over_seeds(runs: Sequence[dict[str, Any]]) -> dict[str, dict[str, 
     return summary
 
 
-def format_summary(summary: dict[str, dict[str, Any]]) -> str:
+def format_toy_table(summary: dict[str, dict[str, Any]]) -> str:
     """The per-head table as Markdown: mean ± std over seeds, how many seeds met the gap criterion and which
     ended with merged centres."""
     lines = [f"| head | seeds | steps | every gap within ±{GAP_TOLERANCE_DEG:g}° | merged centres | "
@@ -287,13 +287,13 @@ def newest_toy_sweep(bases: Sequence[Path] = (Path.cwd(),)) -> Path | None:
 def format_sweep_summary(runs: Sequence[dict[str, Any]]) -> str:
     """The per-head table over every run and, when some but not all runs merged, again without those: one
     collapsed run's gap error would swamp a mean over 5 seeds."""
-    text = format_summary(summarize_over_seeds(runs))
+    text = format_toy_table(summarize_over_seeds(runs))
     spread = [r for r in runs if not r["merged"]]
     if spread and len(spread) < len(runs):
         merged = len(runs) - len(spread)
         text += (f"\n\nwithout the {merged} run{'s' if merged > 1 else ''} whose centres merged "
                  f"(smallest gap under {MERGED_FRACTION:g} of the ideal):\n")
-        text += format_summary(summarize_over_seeds(spread))
+        text += format_toy_table(summarize_over_seeds(spread))
     return text
 
 

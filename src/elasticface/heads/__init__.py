@@ -1,9 +1,10 @@
-"""Margin heads: pure functions of (cosine logits, labels[, norms]) -> logits, with no class weights.
+"""Margin heads: what each changes of a face classifier's logits, with no class weights.
 
-Every head subclasses :class:`MarginHead` and changes only the target logit of rows with a label
->= 0 (curriculum / mis-classified-vector / circle heads also reweight negatives), in fp32 (float64
-stays float64) even under autocast. ``build_head(name, **kwargs)`` builds one by name from the
-registry (registry.py), the one home of every head's defaults; ``configs/head/<name>.yaml`` is checked against it.
+Every head subclasses :class:`MarginHead` and states its rule once, as a plan (plan.py): the target
+logit of rows with a label >= 0 (curriculum / mis-classified-vector / circle heads also map the
+negatives), in fp32 (float64 stays float64) even under autocast. ``build_head(name, **kwargs)``
+builds one by name from the registry (registry.py), the one home of every head's defaults, which
+``configs/head/<name>.yaml`` reads. The user-facing table: docs/heads.md.
 
 =================  ===============================================  ============  ========
 name               target logit                                      guard         gradient
@@ -46,6 +47,7 @@ from .li_arcface import LiArcFace
 from .magface import MagFace
 from .margin import ArcFace, CombinedMargin, CosFace, SphereFace
 from .mv_softmax import MVSoftmax
+from .plan import HeadInputs, HeadPlan
 from .softmax import NormFace, Softmax
 from .subcenter import SubCenter
 
@@ -61,6 +63,8 @@ __all__ = [
     "CurricularFace",
     "ElasticArcFace",
     "ElasticCosFace",
+    "HeadInputs",
+    "HeadPlan",
     "LiArcFace",
     "MVSoftmax",
     "MagFace",

@@ -5,7 +5,7 @@
 (good-quality) samples get an ArcFace-like margin, low-norm ones a CosFace-like one.
 Norms are detached, as in the AdaFace code. Default guard ``clip`` (the code clips θ + g_angle to
 [eps, π - eps]; here to [0, π], as the safe acos no longer needs the eps) and exact gradient.
-``last_margins`` holds the angular part ``-m·ẑ``. With h = 0 the head is CosFace.
+The plan's ``margins`` are the angular part ``-m·ẑ``. With h = 0 the head is CosFace.
 """
 
 from __future__ import annotations
@@ -13,8 +13,9 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from .base import GuardedHead, HeadPlan, check_range
-from .functional import batch_valid, margin_logits, margin_plan
+from .base import GuardedHead, check_range
+from .functional import margin_plan
+from .plan import HeadInputs, HeadPlan
 
 
 class AdaFace(GuardedHead):
@@ -46,17 +47,12 @@ class AdaFace(GuardedHead):
         g_angle = -self.m * z
         return g_angle, self.m + self.m * z
 
-    def train_logits(self, cos: Tensor, labels: Tensor, norms: Tensor | None) -> Tensor:
-        assert norms is not None
-        g_angle, g_add = self.norm_margins(norms)
-        self._record_margins(g_angle, batch_valid(labels))
-        return margin_logits(cos, labels, self.s, m2=g_angle, m3=g_add, guard=self.guard, gradient=self.gradient)
-
-    def train_plan(self, cos_y, valid, norms, num_columns, nontarget_lse) -> HeadPlan:
-        assert norms is not None
-        g_angle, g_add = self.norm_margins(norms)
-        self._record_margins(g_angle, valid)
-        return margin_plan(cos_y, self.s, m2=g_angle, m3=g_add, guard=self.guard, gradient=self.gradient)
+    def train_plan(self, batch: HeadInputs) -> HeadPlan:
+        assert batch.norms is not None
+        g_angle, g_add = self.norm_margins(batch.norms)
+        return margin_plan(
+            batch.cos_y, self.s, m2=g_angle, m3=g_add, guard=self.guard, gradient=self.gradient, margins=g_angle
+        )
 
     def extra_repr(self) -> str:
         return f"s={self.s}, m={self.m}, h={self.h}, t_alpha={self.t_alpha}, guard={self.guard}"

@@ -1,27 +1,28 @@
-"""The head contract, in two equivalent forms.
+"""The head contract: a head is one method, :meth:`MarginHead.train_plan`.
 
-- Dense (the oracle): ``(cos[B, C], labels[B] | None, norms[B] | None) -> logits[B, C]``.
-- What the head changes (:meth:`MarginHead.plan`, used by the chunked cross-entropy of
-  :mod:`elasticface.classifier`): from the target cosines ``cos θ_y [B]`` (and norms, batch
-  statistics) the target logits ``z_y [B]``, plus an elementwise map of any block of non-target
-  cosines ``[B, n]`` to their logits, whose per-row parameters are B-sized and detached. The
-  classifier never builds ``[B, C]``; tests check both forms give the same loss and gradients.
+Given a batch's ``B``-sized inputs (:class:`~elasticface.heads.plan.HeadInputs`) it returns a
+:class:`~elasticface.heads.plan.HeadPlan`: the target logits ``z_y [B]``, an elementwise map of
+non-target cosines to logits (per-row parameters B-sized and detached), the scale where that map is
+linear, an auxiliary loss and the per-sample margins. The dense ``[B, C]`` logits (the oracle) and
+the chunked cross-entropy of :mod:`elasticface.classifier` are both built from the plan.
 
 Heads hold no class weights, so any head works with any centres layer. The base class upcasts to
-fp32 with autocast disabled (float64 stays float64, for oracles and gradcheck), routes eval calls
-(``labels is None``) to :meth:`eval_logits`, and resets the per-step outputs that the training step
-reads: :attr:`last_margins` and :attr:`aux_loss`.
+fp32 with autocast disabled (float64 stays float64, for oracles and gradcheck) and routes eval calls
+(``labels is None``) to :meth:`eval_logits`.
 """
 
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import torch
 from torch import Tensor, nn
 
+from .dense import dense_logits
 from .functional import GRADIENTS, GUARDS
-from .plan import HeadPlan, NonTargetLSE
+from .plan import HeadInputs, HeadPlan, NonTargetLSE
+from .shard import ClassShard
 
 
 def check_range(
@@ -59,104 +60,73 @@ def check_choice(name: str, value: str, choices: tuple[str, ...]) -> str:
 
 
 class MarginHead(nn.Module):
-    """Base class of every margin head.
+    """Base class of every margin head: a head implements :meth:`train_plan` and nothing else of training.
 
-    Subclasses implement :meth:`train_logits` (labels given) and may override :meth:`eval_logits`.
-    Per-sample margins are stored with :meth:`_record_margins` and read lazily through
-    :attr:`last_margins` so that logging, not the training step, pays for the boolean-mask sync.
+    :meth:`plan` runs it in fp32 (float64 stays float64) with autocast off; :meth:`logits` builds the dense
+    ``[B, C]`` logits from the same plan (:func:`elasticface.heads.dense.dense_logits`). Eval calls
+    (``head(cos)``) go to :meth:`eval_logits`. Nothing is stored on the head during a step: margins and
+    auxiliary losses travel in the returned :class:`HeadPlan`.
     """
 
     needs_norms: bool = False
     normalized: bool = True
     centers_per_class: int = 1
+    #: whether ``model.classifier.path=auto`` takes the chunked form once the classes fill more than one chunk:
+    #: True where the chunked step met the time goal (<= 1.05x the dense step), i.e. the fast path (non-target
+    #: logits ``s * cos``); heads whose chunked form runs autograd per chunk or a second pass are dense by
+    #: default and chunked on request (``path=chunked``, for the memory). Measured: docs/heads.md.
+    chunked_by_default: bool = True
 
     def __init__(self, s: float | None = None) -> None:
         super().__init__()
         self.s = check_range("s", s, 0.0, None, lo_open=True) if s is not None else None
-        self._margins: Tensor | None = None
-        self._valid: Tensor | None = None
-        self.aux_loss: Tensor | None = None
-
-    @property
-    def last_margins(self) -> Tensor | None:
-        """Detached per-sample margins applied in the last training forward (valid rows only)."""
-        if self._margins is None:
-            return None
-        return self._margins[self._valid] if self._valid is not None else self._margins
-
-    @property
-    def step_margins(self) -> tuple[Tensor, Tensor | None] | None:
-        """``(margins [N], valid [N] | None)`` of the last training forward, unmasked (no host sync)."""
-        return None if self._margins is None else (self._margins, self._valid)
-
-    def __getstate__(self) -> dict:
-        # the per-step outputs may hold autograd graphs, which deepcopy and pickle refuse
-        state = self.__dict__.copy()
-        for key in ("_margins", "_valid", "aux_loss"):
-            if key in state:
-                state[key] = None
-        return state
-
-    def _record_margins(self, margins: Tensor, valid: Tensor) -> None:
-        self._margins = margins.detach()
-        self._valid = valid
 
     def forward(self, cos: Tensor, labels: Tensor | None = None, norms: Tensor | None = None) -> Tensor:
+        """Eval (no labels): :meth:`eval_logits`; training: the dense logits of :meth:`logits`."""
+        if labels is not None:
+            return self.logits(cos, labels, norms)[0]
         with torch.autocast(device_type=cos.device.type, enabled=False):
-            if cos.dtype != torch.float64:
-                cos = cos.float()
-            self._margins = None
-            self._valid = None
-            self.aux_loss = None
-            if labels is None:
-                return self.eval_logits(cos)
-            if cos.dim() != 2 or labels.shape != cos.shape[:1]:
-                raise ValueError(
-                    f"{type(self).__name__}: cos must be [B, C] and labels [B], got {tuple(cos.shape)} "
-                    f"and {tuple(labels.shape)}"
-                )
-            if norms is not None:
-                norms = norms.to(cos.dtype).reshape(-1)
-            elif self.needs_norms:
-                raise ValueError(f"{type(self).__name__} needs the embedding norms: pass norms=[B]")
-            return self.train_logits(cos, labels.long(), norms)
+            return self.eval_logits(self.pool(cos if cos.dtype == torch.float64 else cos.float()))
+
+    def logits(
+        self, cos: Tensor, labels: Tensor, norms: Tensor | None = None, **kwargs: Any
+    ) -> tuple[Tensor, HeadPlan]:
+        """``(logits [B, C], plan)`` of a training batch: the plan applied to every column (see dense.py)."""
+        return dense_logits(self, cos, labels, norms, **kwargs)
+
+    def pool(self, cos: Tensor) -> Tensor:
+        """``[B, C·K] -> [B, C]``: one cosine per class (the identity unless the head has sub-centres)."""
+        return cos
 
     def eval_logits(self, cos: Tensor) -> Tensor:
         return cos * self.s
 
-    def train_logits(self, cos: Tensor, labels: Tensor, norms: Tensor | None) -> Tensor:
-        raise NotImplementedError
-
-    #: whether :meth:`plan` exists; a head without one is run densely by the classifier (its docstring says why)
-    chunkable: bool = True
-    #: whether ``model.classifier.path=auto`` takes the chunked form once the classes fill more than one chunk:
-    #: True where the chunked step met the time goal (<= 1.05x the dense step), i.e. the fast path (non-target
-    #: logits ``s * cos``); heads whose chunked form runs autograd per chunk or a second pass are dense by
-    #: default and chunked on request (``path=chunked``, for the memory). Measured: docs/class_layer.md.
-    chunked_by_default: bool = True
-
-    def plan(self, cos_y: Tensor, valid: Tensor, norms: Tensor | None = None, *, num_columns: int,
-             nontarget_lse: NonTargetLSE | None = None) -> HeadPlan:
-        """The head on one training batch, given each row's target cosine ``cos_y [B]`` and ``valid [B]``
-        (rows with a label), with the same side effects (margins drawn, buffers updated) as a dense call.
-
-        ``num_columns``: the number of class columns the dense call would see (all shards, sampled).
-        """
+    def plan(
+        self,
+        cos_y: Tensor,
+        valid: Tensor,
+        norms: Tensor | None = None,
+        *,
+        num_columns: int,
+        nontarget_lse: NonTargetLSE | None = None,
+        shard: ClassShard | None = None,
+    ) -> HeadPlan:
+        """The head on one training batch (see :class:`HeadInputs`), in fp32 with autocast off."""
         with torch.autocast(device_type=cos_y.device.type, enabled=False):
             if cos_y.dtype != torch.float64:
                 cos_y = cos_y.float()
-            self._margins = None
-            self._valid = None
-            self.aux_loss = None
             if norms is not None:
                 norms = norms.to(cos_y.dtype).reshape(-1)
             elif self.needs_norms:
                 raise ValueError(f"{type(self).__name__} needs the embedding norms: pass norms=[B]")
-            return self.train_plan(cos_y, valid, norms, num_columns, nontarget_lse)
+            plan = self.train_plan(HeadInputs(cos_y, valid, norms, num_columns, nontarget_lse, shard))
+            if plan.margins is not None:
+                plan.margins = plan.margins.detach()
+            return plan
 
-    def train_plan(self, cos_y: Tensor, valid: Tensor, norms: Tensor | None, num_columns: int,
-                   nontarget_lse: NonTargetLSE | None) -> HeadPlan:
-        raise NotImplementedError(f"{type(self).__name__} has no chunked form")
+    def train_plan(self, batch: HeadInputs) -> HeadPlan:
+        """What this head changes on a training batch: its one rule, for the dense and the chunked path."""
+        raise NotImplementedError
 
     def extra_repr(self) -> str:
         return f"s={self.s}" if self.s is not None else ""

@@ -8,10 +8,8 @@ s = γ = 256, m = 0.25. Eval logits are ``s·cos``.
 
 from __future__ import annotations
 
-from torch import Tensor
-
-from .base import HeadPlan, MarginHead, check_range
-from .functional import gather_target, put_target
+from .base import MarginHead, check_range
+from .plan import HeadInputs, HeadPlan
 
 
 class Circle(MarginHead):
@@ -23,18 +21,11 @@ class Circle(MarginHead):
         super().__init__(s)
         self.m = check_range("m", m, 0.0, 1.0)
 
-    def train_logits(self, cos: Tensor, labels: Tensor, norms: Tensor | None) -> Tensor:
-        cos_y, valid, cols = gather_target(cos, labels)
-        alpha_n = (cos.detach() + self.m).clamp_min_(0.0)
-        logits = alpha_n * (cos - self.m) * self.s
-        alpha_p = (1.0 + self.m - cos_y.detach()).clamp_min(0.0)
-        target = alpha_p * (cos_y - (1.0 - self.m)) * self.s
-        return put_target(logits, cols, valid, target)
-
-    def train_plan(self, cos_y, valid, norms, num_columns, nontarget_lse) -> HeadPlan:
+    def train_plan(self, batch: HeadInputs) -> HeadPlan:
         s, m = self.s, self.m
-        alpha_p = (1.0 + m - cos_y.detach()).clamp_min(0.0)
-        return HeadPlan(alpha_p * (cos_y - (1.0 - m)) * s, lambda c: (c.detach() + m).clamp_min(0.0) * (c - m) * s)
+        alpha_p = (1.0 + m - batch.cos_y.detach()).clamp_min(0.0)
+        target = alpha_p * (batch.cos_y - (1.0 - m)) * s
+        return HeadPlan(target, lambda c: (c.detach() + m).clamp_min(0.0) * (c - m) * s)
 
     def extra_repr(self) -> str:
         return f"s={self.s}, m={self.m}"

@@ -14,8 +14,9 @@ import math
 import torch
 from torch import Tensor
 
-from .base import GuardedHead, HeadPlan, check_range
-from .functional import batch_target_cos, gather_target, margin_target, put_target
+from .base import GuardedHead, check_range
+from .functional import margin_target
+from .plan import HeadInputs, HeadPlan
 
 
 class CurricularFace(GuardedHead):
@@ -31,24 +32,8 @@ class CurricularFace(GuardedHead):
         self.momentum = check_range("momentum", momentum, 0.0, 1.0, hi_open=False)
         self.register_buffer("t", torch.zeros(()))
 
-    def train_logits(self, cos: Tensor, labels: Tensor, norms: Tensor | None) -> Tensor:
-        cos_y, valid, cols = gather_target(cos, labels)
-        target = margin_target(cos_y, m2=self.m, guard=self.guard, gradient=self.gradient)
-        with torch.no_grad():
-            all_cos_y, all_valid = batch_target_cos(cos_y, valid)
-            threshold = margin_target(all_cos_y, m2=self.m, guard="none")
-            threshold = torch.where(all_valid, threshold, torch.full_like(threshold, float("inf")))
-            if self.training:
-                n = all_valid.sum()
-                mean = torch.where(all_valid, all_cos_y, torch.zeros_like(all_cos_y)).sum() / n.clamp_min(1)
-                new_t = self.momentum * mean + (1.0 - self.momentum) * self.t.to(cos.dtype)
-                self.t.copy_(torch.where(n > 0, new_t, self.t.to(cos.dtype)).to(self.t.dtype))
-        t = self.t.to(cos.dtype)
-        hard = cos > threshold.unsqueeze(1)
-        logits = torch.where(hard, cos * (t + cos), cos) * self.s
-        return put_target(logits, cols, valid, target * self.s)
-
-    def train_plan(self, cos_y, valid, norms, num_columns, nontarget_lse) -> HeadPlan:
+    def train_plan(self, batch: HeadInputs) -> HeadPlan:
+        cos_y, valid = batch.cos_y, batch.valid
         target = margin_target(cos_y, m2=self.m, guard=self.guard, gradient=self.gradient) * self.s
         with torch.no_grad():
             c = cos_y.detach()

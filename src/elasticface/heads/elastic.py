@@ -39,13 +39,12 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
-from elasticface.heads.shard import active_shard
 from elasticface.utils.distributed import rank_and_world
-
-from .base import GuardedHead, HeadPlan, check_choice, check_range
-from .functional import batch_target_cos, batch_valid, gather_target, margin_logits, margin_plan
-
 from elasticface.utils.seeding import stream_seed
+
+from .base import GuardedHead, check_choice, check_range
+from .functional import margin_plan
+from .plan import HeadInputs, HeadPlan
 
 
 def rank_assign(draws: Tensor, cos_y: Tensor, valid: Tensor, mode: str = "paper") -> Tensor:
@@ -113,11 +112,14 @@ class _ElasticBase(GuardedHead):
         self.seed = state.get("seed", self.seed)
         self.step = int(state.get("step", 0))
 
-    def sample_margins(self, n: int, device: torch.device | str | None = None) -> Tensor:
-        """Draw ``n`` margins from N(m, σ) (truncated if asked) for this rank's next step."""
+    def sample_margins(self, n: int, device: torch.device | str | None = None, *, sharded: bool = False) -> Tensor:
+        """Draw ``n`` margins from N(m, σ) (truncated if asked) for this rank's next step.
+
+        ``sharded``: the rows are the global batch of sharded class centres: every rank draws rank 0's stream.
+        """
         if self.seed is None:
             self.seed = torch.initial_seed()
-        rank = 0 if active_shard() is not None else rank_and_world()[0]
+        rank = 0 if sharded else rank_and_world()[0]
         gen = torch.Generator().manual_seed(stream_seed(self.seed, rank, self.step))
         self.step += 1
         if self.sigma == 0.0:
@@ -137,20 +139,17 @@ class _ElasticBase(GuardedHead):
             draws.to(device, non_blocking=True) if device is not None else draws
         )  # a blocking copy waits for the device
 
-    def assign(self, draws: Tensor, cos_y: Tensor, valid: Tensor, whole_batch: bool = False) -> Tensor:
+    def assign(self, draws: Tensor, cos_y: Tensor, valid: Tensor, sharded: bool = False) -> Tensor:
         """Apply the '+' rule (if enabled) locally or over the global DDP batch.
 
-        ``whole_batch``: ``cos_y`` and ``valid`` already hold every row's target (the chunked classifier
-        reads them from the rank owning each class), so no reduction over class shards is needed.
+        ``sharded``: ``cos_y`` and ``valid`` already hold every row of the global batch (sharded class
+        centres), so nothing is gathered.
         """
         if not self.plus:
             return draws
-        if active_shard() is not None:
-            key, valid = (cos_y.detach(), valid) if whole_batch else batch_target_cos(cos_y, valid)
-            return rank_assign(draws, key, valid, self.plus_assignment)
         key = cos_y.detach()
         rank, world = rank_and_world()
-        if self.rank_scope == "global" and world > 1:
+        if self.rank_scope == "global" and world > 1 and not sharded:
             b = key.numel()
             packed = torch.stack([key, draws.to(key.dtype), valid.to(key.dtype)])
             parts = [torch.empty_like(packed) for _ in range(world)]
@@ -160,31 +159,15 @@ class _ElasticBase(GuardedHead):
             return out[rank * b : (rank + 1) * b]
         return rank_assign(draws, key, valid, self.plus_assignment)
 
-    # ---- forward --------------------------------------------------------------------------------
-    def _with_margins(self, cos: Tensor, labels: Tensor, margins: float | Tensor) -> Tensor:
-        raise NotImplementedError
-
-    def train_logits(self, cos: Tensor, labels: Tensor, norms: Tensor | None) -> Tensor:
-        cos_y, valid, _ = gather_target(cos, labels)
-        draws = self.sample_margins(labels.numel(), cos.device)
-        if self.sigma == 0.0:
-            # exactly the fixed-margin head: the same float arithmetic as ArcFace / CosFace
-            self._record_margins(draws, batch_valid(labels))
-            return self._with_margins(cos, labels, self.m)
-        margins = self.assign(draws, cos_y, valid).to(cos.dtype)
-        self._record_margins(margins, batch_valid(labels))
-        return self._with_margins(cos, labels, margins)
-
-    def train_plan(self, cos_y, valid, norms, num_columns, nontarget_lse) -> HeadPlan:
-        draws = self.sample_margins(cos_y.numel(), cos_y.device)
-        if self.sigma == 0.0:
-            self._record_margins(draws, valid)
+    def train_plan(self, batch: HeadInputs) -> HeadPlan:
+        sharded = batch.shard is not None
+        draws = self.sample_margins(batch.cos_y.numel(), batch.cos_y.device, sharded=sharded)
+        if self.sigma == 0.0:  # exactly the fixed-margin head: the same float arithmetic as ArcFace / CosFace
             margins: float | Tensor = self.m
         else:
-            margins = self.assign(draws, cos_y, valid, whole_batch=True).to(cos_y.dtype)
-            self._record_margins(margins, valid)
+            draws = margins = self.assign(draws, batch.cos_y, batch.valid, sharded).to(batch.cos_y.dtype)
         where = {self._margin_slot: margins}
-        return margin_plan(cos_y, self.s, guard=self.guard, gradient=self.gradient, **where)
+        return margin_plan(batch.cos_y, self.s, guard=self.guard, gradient=self.gradient, margins=draws, **where)
 
     def extra_repr(self) -> str:
         return (
@@ -199,15 +182,9 @@ class ElasticArcFace(_ElasticBase):
 
     _margin_slot = "m2"
 
-    def _with_margins(self, cos: Tensor, labels: Tensor, margins: float | Tensor) -> Tensor:
-        return margin_logits(cos, labels, self.s, m2=margins, guard=self.guard, gradient=self.gradient)
-
 
 class ElasticCosFace(_ElasticBase):
     """ElasticFace-Cos(+): ``s * (cos θ_y - m_i)``, m_i ~ N(m, σ). Paper: m = 0.35, σ = 0.05 (+: 0.025)."""
 
     _m_hi = 2.0
     _margin_slot = "m3"
-
-    def _with_margins(self, cos: Tensor, labels: Tensor, margins: float | Tensor) -> Tensor:
-        return margin_logits(cos, labels, self.s, m3=margins, guard=self.guard, gradient=self.gradient)

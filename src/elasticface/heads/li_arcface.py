@@ -12,8 +12,9 @@ import math
 
 from torch import Tensor
 
-from .base import HeadPlan, MarginHead, check_range
-from .functional import put_target, safe_acos
+from .base import MarginHead, check_range
+from .functional import safe_acos
+from .plan import HeadInputs, HeadPlan
 
 
 class LiArcFace(MarginHead):
@@ -31,16 +32,8 @@ class LiArcFace(MarginHead):
     def eval_logits(self, cos: Tensor) -> Tensor:
         return self._linear(safe_acos(cos))
 
-    def train_logits(self, cos: Tensor, labels: Tensor, norms: Tensor | None) -> Tensor:
-        theta = safe_acos(cos)
-        valid = labels >= 0
-        cols = labels.clamp(min=0)
-        theta_y = theta.gather(1, cols.unsqueeze(1)).squeeze(1)
-        target = self._linear(theta_y + self.m)
-        return put_target(self._linear(theta), cols, valid, target)
-
-    def train_plan(self, cos_y, valid, norms, num_columns, nontarget_lse) -> HeadPlan:
-        return HeadPlan(self._linear(safe_acos(cos_y) + self.m), lambda c: self._linear(safe_acos(c)))
+    def train_plan(self, batch: HeadInputs) -> HeadPlan:
+        return HeadPlan(self._linear(safe_acos(batch.cos_y) + self.m), lambda c: self._linear(safe_acos(c)))
 
     def extra_repr(self) -> str:
         return f"s={self.s}, m={self.m}"

@@ -13,8 +13,9 @@ import math
 
 from torch import Tensor
 
-from .base import GuardedHead, HeadPlan, check_range
-from .functional import batch_valid, margin_logits, margin_plan
+from .base import GuardedHead, check_range
+from .functional import margin_plan
+from .plan import HeadInputs, HeadPlan
 
 
 class MagFace(GuardedHead):
@@ -44,24 +45,14 @@ class MagFace(GuardedHead):
     def margin_of(self, a: Tensor) -> Tensor:
         return (self.u_m - self.l_m) / (self.u_a - self.l_a) * (a - self.l_a) + self.l_m
 
-    def train_logits(self, cos: Tensor, labels: Tensor, norms: Tensor | None) -> Tensor:
-        assert norms is not None
-        a = norms.clamp(self.l_a, self.u_a)
+    def train_plan(self, batch: HeadInputs) -> HeadPlan:
+        assert batch.norms is not None
+        a = batch.norms.clamp(self.l_a, self.u_a)
         margins = self.margin_of(a)
-        valid = batch_valid(labels)
-        self._record_margins(margins, valid)
         g = a / self.u_a**2 + 1.0 / a
-        self.aux_loss = self.lambda_g * (g * valid).sum() / valid.sum().clamp_min(1)
-        return margin_logits(cos, labels, self.s, m2=margins, guard=self.guard, gradient=self.gradient)
-
-    def train_plan(self, cos_y, valid, norms, num_columns, nontarget_lse) -> HeadPlan:
-        assert norms is not None
-        a = norms.clamp(self.l_a, self.u_a)
-        margins = self.margin_of(a)
-        self._record_margins(margins, valid)
-        g = a / self.u_a**2 + 1.0 / a
-        self.aux_loss = self.lambda_g * (g * valid).sum() / valid.sum().clamp_min(1)
-        return margin_plan(cos_y, self.s, m2=margins, guard=self.guard, gradient=self.gradient)
+        plan = margin_plan(batch.cos_y, self.s, m2=margins, guard=self.guard, gradient=self.gradient, margins=margins)
+        plan.aux_loss = self.lambda_g * (g * batch.valid).sum() / batch.valid.sum().clamp_min(1)
+        return plan
 
     def extra_repr(self) -> str:
         return (

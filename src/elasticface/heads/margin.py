@@ -18,8 +18,9 @@ import math
 import torch
 from torch import Tensor
 
-from .base import GuardedHead, HeadPlan, check_range
-from .functional import margin_logits, margin_plan, margin_target, replace_target
+from .base import GuardedHead, check_range
+from .functional import margin_plan, margin_target
+from .plan import HeadInputs, HeadPlan
 
 
 class CosFace(GuardedHead):
@@ -29,11 +30,8 @@ class CosFace(GuardedHead):
         super().__init__(s, guard, gradient)
         self.m = check_range("m", m, 0.0, 2.0)
 
-    def train_logits(self, cos: Tensor, labels: Tensor, norms: Tensor | None) -> Tensor:
-        return margin_logits(cos, labels, self.s, m3=self.m, guard=self.guard, gradient=self.gradient)
-
-    def train_plan(self, cos_y, valid, norms, num_columns, nontarget_lse) -> HeadPlan:
-        return margin_plan(cos_y, self.s, m3=self.m, guard=self.guard, gradient=self.gradient)
+    def train_plan(self, batch: HeadInputs) -> HeadPlan:
+        return margin_plan(batch.cos_y, self.s, m3=self.m, guard=self.guard, gradient=self.gradient)
 
     def extra_repr(self) -> str:
         return f"s={self.s}, m={self.m}, guard={self.guard}, gradient={self.gradient}"
@@ -46,11 +44,8 @@ class ArcFace(GuardedHead):
         super().__init__(s, guard, gradient)
         self.m = check_range("m", m, 0.0, math.pi / 2, hint=" (radians)")
 
-    def train_logits(self, cos: Tensor, labels: Tensor, norms: Tensor | None) -> Tensor:
-        return margin_logits(cos, labels, self.s, m2=self.m, guard=self.guard, gradient=self.gradient)
-
-    def train_plan(self, cos_y, valid, norms, num_columns, nontarget_lse) -> HeadPlan:
-        return margin_plan(cos_y, self.s, m2=self.m, guard=self.guard, gradient=self.gradient)
+    def train_plan(self, batch: HeadInputs) -> HeadPlan:
+        return margin_plan(batch.cos_y, self.s, m2=self.m, guard=self.guard, gradient=self.gradient)
 
     def extra_repr(self) -> str:
         return f"s={self.s}, m={self.m}, guard={self.guard}, gradient={self.gradient}"
@@ -65,11 +60,8 @@ class CombinedMargin(GuardedHead):
         self.m2 = check_range("m2", m2, 0.0, math.pi / 2, hint=" (radians)")
         self.m3 = check_range("m3", m3, 0.0, 2.0)
 
-    def train_logits(self, cos: Tensor, labels: Tensor, norms: Tensor | None) -> Tensor:
-        return margin_logits(cos, labels, self.s, self.m1, self.m2, self.m3, self.guard, self.gradient)
-
-    def train_plan(self, cos_y, valid, norms, num_columns, nontarget_lse) -> HeadPlan:
-        return margin_plan(cos_y, self.s, self.m1, self.m2, self.m3, self.guard, self.gradient)
+    def train_plan(self, batch: HeadInputs) -> HeadPlan:
+        return margin_plan(batch.cos_y, self.s, self.m1, self.m2, self.m3, self.guard, self.gradient)
 
     def extra_repr(self) -> str:
         return f"s={self.s}, m1={self.m1}, m2={self.m2}, m3={self.m3}, guard={self.guard}, gradient={self.gradient}"
@@ -113,24 +105,13 @@ class SphereFace(GuardedHead):
         decayed = self.lambda_base * (1.0 + self.lambda_gamma * float(self.it)) ** (-self.lambda_power)
         return max(self.lambda_min, decayed)
 
-    def train_logits(self, cos: Tensor, labels: Tensor, norms: Tensor | None) -> Tensor:
+    def train_plan(self, batch: HeadInputs) -> HeadPlan:
         lam = self.current_lambda()
         if self.training:
             self.it += 1
         if lam == 0.0:
-            return margin_logits(cos, labels, self.s, m1=self.m, guard=self.guard, gradient=self.gradient)
-        def blended(c: Tensor) -> Tensor:
-            psi = margin_target(c, m1=self.m, guard=self.guard, gradient=self.gradient)
-            return (lam * c.clamp(-1.0, 1.0) + psi) / (1.0 + lam)
-
-        return replace_target(cos, labels, self.s, blended)
-
-    def train_plan(self, cos_y, valid, norms, num_columns, nontarget_lse) -> HeadPlan:
-        lam = self.current_lambda()
-        if self.training:
-            self.it += 1
-        if lam == 0.0:
-            return margin_plan(cos_y, self.s, m1=self.m, guard=self.guard, gradient=self.gradient)
+            return margin_plan(batch.cos_y, self.s, m1=self.m, guard=self.guard, gradient=self.gradient)
+        cos_y = batch.cos_y
         psi = margin_target(cos_y, m1=self.m, guard=self.guard, gradient=self.gradient)
         s = self.s
         return HeadPlan((lam * cos_y.clamp(-1.0, 1.0) + psi) / (1.0 + lam) * s, lambda c: c * s, s)

@@ -14,8 +14,9 @@ import math
 import torch
 from torch import Tensor
 
-from .base import GuardedHead, HeadPlan, check_choice, check_range
-from .functional import batch_target_cos, gather_target, margin_target, put_target
+from .base import GuardedHead, check_choice, check_range
+from .functional import margin_target
+from .plan import HeadInputs, HeadPlan
 
 
 class MVSoftmax(GuardedHead):
@@ -34,22 +35,11 @@ class MVSoftmax(GuardedHead):
             return margin_target(cos_y, m3=self.m, guard=guard, gradient=gradient)
         return margin_target(cos_y, m2=self.m, guard=guard, gradient=gradient)
 
-    def train_logits(self, cos: Tensor, labels: Tensor, norms: Tensor | None) -> Tensor:
-        cos_y, valid, cols = gather_target(cos, labels)
-        target = self._target(cos_y, self.guard, self.gradient)
+    def train_plan(self, batch: HeadInputs) -> HeadPlan:
+        target = self._target(batch.cos_y, self.guard, self.gradient) * self.s
         with torch.no_grad():
-            all_cos_y, all_valid = batch_target_cos(cos_y, valid)
-            threshold = self._target(all_cos_y, "none", "exact")
-            threshold = torch.where(all_valid, threshold, torch.full_like(threshold, float("inf")))
-        hard = cos > threshold.unsqueeze(1)
-        logits = torch.where(hard, cos * (self.t + 1.0) + self.t, cos) * self.s
-        return put_target(logits, cols, valid, target * self.s)
-
-    def train_plan(self, cos_y, valid, norms, num_columns, nontarget_lse) -> HeadPlan:
-        target = self._target(cos_y, self.guard, self.gradient) * self.s
-        with torch.no_grad():
-            threshold = self._target(cos_y.detach(), "none", "exact")
-            threshold = torch.where(valid, threshold, torch.full_like(threshold, float("inf")))[:, None]
+            threshold = self._target(batch.cos_y.detach(), "none", "exact")
+            threshold = torch.where(batch.valid, threshold, torch.full_like(threshold, float("inf")))[:, None]
         t, s = self.t, self.s
 
         def nontarget(cos: Tensor) -> Tensor:

@@ -1,6 +1,6 @@
-"""Heads by name, each entry carrying its paper's defaults (timm's `@register_model` idea): the one source
-that `build_head` builds from and that tests/test_head_registry.py checks every `configs/head/<name>.yaml`
-against, so the config tree stays the commands' input and the library never reads it.
+"""Heads by name, each entry carrying its paper's defaults (timm's `@register_model` idea): the one home of
+those values. `build_head` builds from it; `configs/head/<name>.yaml` names the head and reads its top-level
+m, s, sigma from here (the `${head_default:...}` resolver of the commands), so the YAML restates no value.
 """
 
 from __future__ import annotations
@@ -134,22 +134,6 @@ def head_entry(name: str) -> HeadEntry:
     return HEADS[name]
 
 
-def with_omitted_arguments(cfg: Any) -> Any:
-    """A head's `_target_` node with the arguments it omits taken from the first registry entry of its class
-    (`base` too): checkpoints saved while the constructors still had defaults, the same values, name fewer."""
-    if not isinstance(cfg, dict) or not str(cfg.get("_target_", "")).startswith("elasticface.heads."):
-        return cfg
-    name = cfg["_target_"].rsplit(".", 1)[-1]
-    entry = next((e for e in HEADS.values() if e.cls.__name__ == name), None)
-    if entry is None:
-        return cfg
-    registry = entry.kwargs() if entry.base is None else entry.args
-    out = {**cfg, **{k: v for k, v in registry.items() if k not in cfg}}  # a complete node stays as it is
-    if "base" in out:
-        out["base"] = with_omitted_arguments(out["base"])
-    return out
-
-
 def _build(entry: HeadEntry, overrides: dict[str, Any]) -> MarginHead:
     kwargs = {**entry.kwargs(), **{entry.aliases.get(k, k): v for k, v in overrides.items()}}
     return entry.cls(**kwargs)
@@ -157,7 +141,9 @@ def _build(entry: HeadEntry, overrides: dict[str, Any]) -> MarginHead:
 
 def build_head(name: str, **overrides: Any) -> MarginHead:
     """The head `head=<name>` builds, with `overrides` applied to its arguments (m, s, sigma included);
-    `subcenter_<name>` without an entry of its own wraps `<name>` (k=3)."""
+    `subcenter_<name>` without an entry of its own wraps `<name>` (k=3). An m, s or sigma of None means
+    the registry's value (the config's top-level keys are null for a head that has none)."""
+    overrides = {k: v for k, v in overrides.items() if not (k in ("m", "s", "sigma") and v is None)}
     if name not in HEADS and name.startswith(_SUBCENTER):
         k = overrides.pop("k", _SUBCENTER_K)
         return SubCenter(build_head(name[len(_SUBCENTER) :], **overrides), k=k)

@@ -1,15 +1,11 @@
-"""What a head sees of a sharded class dimension (model parallel): the active :class:`ClassShard`.
+"""What a head sees of a sharded class dimension (model parallel): a :class:`ClassShard`.
 
-The classifier makes a shard active (:func:`use_shard`) around the head's call; a head that needs a
-statistic over all classes or a row's target cosine from another rank reads it through
-:func:`active_shard`. It lives with the heads because they read it; the classifier, above them, sets it.
+The classifier hands it to the head with the batch (:class:`~elasticface.heads.plan.HeadInputs`); it
+lives with the heads because they read it, and the classifier, above them, makes it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
-from contextvars import ContextVar
 from dataclasses import dataclass
 
 import torch
@@ -48,19 +44,8 @@ class ClassShard:
         """A term every rank computes identically from the global batch: its gradient counted once, not world times."""
         return scale_grad(x, 1.0 / self.world)
 
-
-_ACTIVE: ContextVar[ClassShard | None] = ContextVar("elasticface_class_shard", default=None)
-
-
-def active_shard() -> ClassShard | None:
-    """The :class:`ClassShard` of the head call in progress, or None when the head sees all classes."""
-    return _ACTIVE.get()
-
-
-@contextmanager
-def use_shard(shard: ClassShard | None) -> Iterator[None]:
-    token = _ACTIVE.set(shard)
-    try:
-        yield
-    finally:
-        _ACTIVE.reset(token)
+    def combine_lse(self, lse: Tensor) -> Tensor:
+        """The (detached) log-sum-exp over every rank's columns, from this rank's ``lse [B]``."""
+        top = self.max(lse)
+        shift = torch.where(torch.isfinite(top), top, torch.zeros_like(top))
+        return self.sum(torch.exp(lse.detach() - shift)).log() + shift

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from torch import Tensor
 
-from .base import HeadPlan, MarginHead
+from .base import MarginHead
+from .plan import HeadInputs, HeadPlan
 
 
 class Softmax(MarginHead):
@@ -21,11 +22,8 @@ class Softmax(MarginHead):
     def eval_logits(self, cos: Tensor) -> Tensor:
         return cos
 
-    def train_logits(self, cos: Tensor, labels: Tensor, norms: Tensor | None) -> Tensor:
-        return cos
-
-    def train_plan(self, cos_y, valid, norms, num_columns, nontarget_lse) -> HeadPlan:
-        return HeadPlan(cos_y, lambda c: c, 1.0)
+    def train_plan(self, batch: HeadInputs) -> HeadPlan:
+        return HeadPlan(batch.cos_y, lambda c: c, 1.0)
 
 
 class NormFace(MarginHead):
@@ -37,9 +35,6 @@ class NormFace(MarginHead):
     def __init__(self, *, s: float) -> None:
         super().__init__(s)
 
-    def train_logits(self, cos: Tensor, labels: Tensor, norms: Tensor | None) -> Tensor:
-        return cos * self.s
-
-    def train_plan(self, cos_y, valid, norms, num_columns, nontarget_lse) -> HeadPlan:
+    def train_plan(self, batch: HeadInputs) -> HeadPlan:
         s = self.s
-        return HeadPlan(cos_y * s, lambda c: c * s, s)
+        return HeadPlan(batch.cos_y * s, lambda c: c * s, s)

@@ -25,7 +25,7 @@ def group_choice(cfg: DictConfig, group: str) -> str:
     if choice:
         return choice
     if group == "head":
-        return str(cfg.model.head.get("_target_", "head")).rsplit(".", 1)[-1].lower()
+        return str(cfg.model.head.get("name") or cfg.model.head.get("_target_", "head")).rsplit(".", 1)[-1].lower()
     if group == "backbone":
         return str(cfg.model.backbone.get("name", "backbone"))
     return str(cfg.get(group, {}).get("_target_", group)).rsplit(".", 1)[-1]
