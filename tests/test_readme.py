@@ -39,7 +39,16 @@ SKIP = {
     "make test-matrix": "the test suite itself (under several thread counts, kernels and orders)",
     "make install": "ran before the tests",
     "make docs": "installs the docs extra and builds the site; CI runs it after the tests (.ci/run)",
+    "curl": "a download (no network in the tests); tests/test_untrusted_files.py opens such files locally",
+    "nvidia-smi": "needs an NVIDIA driver",
+    "cp": "copies the local config example; tests/test_local_config.py composes train and eval with that copy",
 }
+#: placeholders for public data the user fetches (LFW's and CFP's photos, insightface's y1 model): not ours to ship.
+#: Their readers are tested on files in the same layouts (tests/test_lfw_pairs.py, tests/test_mxnet_zoo.py,
+#: tests/test_lfw_split.py); the commands on them are classified here and skipped, naming the data.
+FETCHED_DATA = ("lfw/", "lfw_aligned/", "cfp-dataset/", "LFW_PHOTOS", "data.val_root=bins")
+#: insightface's y1 as its zip unpacks: the test puts there the small y1 that MXNet itself wrote (tests/data/mxnet)
+Y1_DIR = "model-y1-test2"
 #: overrides that mean a command needs a GPU, a cluster or data that cannot exist here: composed with --cfg job
 #: (`backbone=iresnet100`: a Hydra job on it takes half an hour of this CPU; its released file still loads
 #: for real in the embed command, see `released_backbone`)
@@ -66,7 +75,7 @@ SWEEP_JOBS = {"hparams_search=paper_table1": 11, "hparams_search=paper_table2": 
 FAST_TRAINING = {"make train", "python train.py head=elastic_arc_plus sigma=0.0175"}
 TRAINS = ("train.py", "elasticface-train", "make train", "make sweep-demo", "make report", "make bench", "eval.py",
           "elasticface.eval", "elasticface.data.convert", "elasticface-embed", "elasticface-export",
-          "elasticface-convert")
+          "elasticface-convert", "elasticface-align", "elasticface-compare")
 
 
 def fast(command: str) -> bool:
@@ -127,6 +136,9 @@ def make_help_commands() -> list[str]:
 
 def skip_reason(tokens: list[str]) -> str | None:
     key = " ".join(tokens[:2]) if tokens[0] == "make" else tokens[0]
+    fetched = next((word for word in FETCHED_DATA for t in tokens if word in t), None)
+    if fetched:
+        return f"needs public data the user fetches ({fetched}: docs/lfw.md, docs/model_zoo.md)"
     return SKIP.get(key)
 
 
@@ -180,6 +192,7 @@ def fresh_workdir(user_files: tuple[Path, Path], tmp_path: Path) -> Path:
     shutil.copy(base / "pairs.txt", tmp_path / "pairs.txt")
     if ckpt.exists():
         shutil.copy(ckpt, tmp_path / "last.ckpt")
+    (tmp_path / Y1_DIR).symlink_to(ROOT / "tests" / "data" / "mxnet" / "y1")
     return tmp_path
 
 
