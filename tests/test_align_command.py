@@ -15,19 +15,7 @@ from elasticface.cli.align import main
 
 skdata = pytest.importorskip("skimage.data")
 cv2 = pytest.importorskip("cv2")
-from skimage.transform import SimilarityTransform  # noqa: E402
-
-ARCFACE_DST = np.array([[38.2946, 51.6963], [73.5318, 51.5014], [56.0252, 71.7366],
-                        [41.5493, 92.3655], [70.7299, 92.2041]], dtype=np.float32)
-
-
-def insightface_crop(photo: np.ndarray, landmarks: np.ndarray) -> np.ndarray:
-    if hasattr(SimilarityTransform, "from_estimate"):
-        tform = SimilarityTransform.from_estimate(landmarks, ARCFACE_DST)
-    else:
-        tform = SimilarityTransform()
-        tform.estimate(landmarks, ARCFACE_DST)
-    return cv2.warpAffine(photo, tform.params[0:2, :], (112, 112), borderValue=0.0)
+from helpers.insightface_align import insightface_crop  # noqa: E402
 
 
 def rows(path) -> list[dict[str, str]]:

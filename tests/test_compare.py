@@ -13,7 +13,6 @@ import torch
 from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 from PIL import Image
-from torch import nn
 
 from elasticface.cli.compare import main as compare_main
 from elasticface.cli.embed import main as embed_main
@@ -22,32 +21,11 @@ from elasticface.export import export_torchscript
 
 skdata = pytest.importorskip("skimage.data")
 cv2 = pytest.importorskip("cv2")
-from skimage.transform import SimilarityTransform  # noqa: E402
+from helpers.pool_embedder import PoolEmbedder  # noqa: E402
+from helpers.insightface_align import insightface_crop  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
-ARCFACE_DST = np.array([[38.2946, 51.6963], [73.5318, 51.5014], [56.0252, 71.7366],
-                        [41.5493, 92.3655], [70.7299, 92.2041]], dtype=np.float32)
 POINTS = np.array([[205.1, 101.6], [247.5, 103.7], [224.8, 128.8], [201.8, 139.3], [245.4, 141.9]])
-
-
-class PoolEmbedder(nn.Module):
-    def __init__(self):
-        super().__init__()
-        torch.manual_seed(0)
-        self.pool = nn.AvgPool2d(8)
-        self.proj = nn.Linear(3 * 14 * 14, 64)
-
-    def forward(self, x):
-        return self.proj(self.pool(x).flatten(1))
-
-
-def insightface_crop(photo, landmarks):
-    if hasattr(SimilarityTransform, "from_estimate"):
-        tform = SimilarityTransform.from_estimate(landmarks, ARCFACE_DST)
-    else:
-        tform = SimilarityTransform()
-        tform.estimate(landmarks, ARCFACE_DST)
-    return cv2.warpAffine(photo, tform.params[0:2, :], (112, 112), borderValue=0.0)
 
 
 def protocol_cosine(model, face_a, face_b):

@@ -8,7 +8,6 @@ import numpy as np
 import pytest
 import torch
 from PIL import Image
-from torch import nn
 
 from elasticface.data.pairs import TensorPairSet
 from elasticface.data.transforms import normalize
@@ -16,17 +15,7 @@ from elasticface.cli.embed import main
 from elasticface.eval.embedding_loop import embed_dataset, evaluate_pair_set
 from elasticface.export import export_torchscript
 from elasticface.metrics.verification import evaluate_verification, flip_fused_embeddings
-
-
-class PoolEmbedder(nn.Module):
-    def __init__(self):
-        super().__init__()
-        torch.manual_seed(0)
-        self.pool = nn.AvgPool2d(8)
-        self.proj = nn.Linear(3 * 14 * 14, 64)
-
-    def forward(self, x):
-        return self.proj(self.pool(x).flatten(1))
+from helpers.pool_embedder import PoolEmbedder  # noqa: E402
 
 
 def _faces(n, seed=0):

@@ -14,23 +14,12 @@ import torch
 from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 from PIL import Image
-from torch import nn
 
 from elasticface.data.pair_files import write_bin
 from elasticface.export import export_onnx, export_torchscript
+from helpers.pool_embedder import PoolEmbedder  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
-
-
-class PoolEmbedder(nn.Module):
-    def __init__(self):
-        super().__init__()
-        torch.manual_seed(0)
-        self.pool = nn.AvgPool2d(8)
-        self.proj = nn.Linear(3 * 14 * 14, 64)
-
-    def forward(self, x):
-        return self.proj(self.pool(x).flatten(1))
 
 
 def _pairs(num_pairs, seed):
