@@ -9,12 +9,13 @@ with `weights_only=True`. Nothing is downloaded at run time.
 
 from __future__ import annotations
 
-import hashlib
 import importlib.util
 import os
 
 import torch
 from torch import Tensor, nn
+
+from elasticface.utils.checksum import file_sha256
 
 WEIGHT_FILES = {
     "pnet": ("pnet.pt", "a2a71925e0b9996a42f63e47efc1ca19043e69558b5c523b978d611dfae49c8f"),
@@ -104,14 +105,6 @@ def default_weights_dir() -> str | None:
     return os.path.join(list(spec.submodule_search_locations)[0], "data")
 
 
-def _sha256(path: str) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def load_mtcnn(weights_dir: str | None = None) -> tuple[PNet, RNet, ONet]:
     """The three nets with facenet-pytorch 2.6.0's weights from `weights_dir` (default: the installed wheel's
     data folder), each file's SHA-256 checked first; in eval mode."""
@@ -124,7 +117,7 @@ def load_mtcnn(weights_dir: str | None = None) -> tuple[PNet, RNet, ONet]:
         path = os.path.join(folder, filename)
         if not os.path.isfile(path):
             raise FileNotFoundError(f"MTCNN weights: {path} not found; install them with: {INSTALL_HINT}")
-        if _sha256(path) != sha256:
+        if file_sha256(path) != sha256:
             raise ValueError(f"MTCNN weights: {path} is not facenet-pytorch 2.6.0's {filename} (SHA-256 differs); "
                              f"reinstall with: {INSTALL_HINT}")
         state = torch.load(path, map_location="cpu", weights_only=True)

@@ -11,7 +11,6 @@ here runs before a caller reads any data.
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import os
 import pickle
@@ -27,6 +26,7 @@ from .layout import Layout, _at, layout_of, match_backbone
 from .mxnet_params import MXNetParamsError, is_mxnet_params
 from .mxnet_zoo import MXNetModelError, mxnet_state_dict
 from .registry import FACE_BACKBONES
+from elasticface.utils.checksum import file_sha256
 from elasticface.utils.remote import refuse_remote
 
 log = logging.getLogger(__name__)
@@ -184,14 +184,6 @@ def read_state_dict(path: str) -> tuple[dict[str, Tensor], str]:
         prefix = DDP_PREFIX
         state = {k[len(DDP_PREFIX):]: v for k, v in state.items()}
     return state, prefix
-
-
-def file_sha256(path: str) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 # -- which architecture a state_dict is ------------------------------------------------------------------
