@@ -6,7 +6,8 @@ The commands are read from the ```bash blocks of README.md and of every page und
 this file; one this file does not know how to run fails `test_every_readme_command_is_classified`. What a
 test may add is only what the page leaves to the user: `debug=tiny` (a long run made tiny), `--cfg job` for
 commands that need a GPU, a cluster or data we cannot have (composition is still checked), the user's files
-where the page names placeholders (`/data/...`, `faces/`, `pairs.txt`, `last.ckpt`, `ckpt_path=...`), and the
+where the page names placeholders (`/data/...`, `faces/`, `pairs.txt`, `last.ckpt`, `ckpt_path=...`, `photos/`,
+`a.jpg`, `pts.txt`, `model.pth`, `model.onnx`), a skip for `--device cuda` without a GPU, and the
 venv's `python`. No `hydra.run.dir`/`hydra.sweep.dir`: outputs go where a user's would, under the
 working directory.
 """
@@ -21,6 +22,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 from conftest import ROOT
 
@@ -209,6 +211,71 @@ def released_backbone(tmp_path_factory) -> Path:
     return path
 
 
+#: what docs/align.md and the compare/embed commands leave to the user: their photos (a folder, and two photos
+#: of one face), insightface-format landmarks, a released backbone file and its ONNX export, each with the
+#: thresholds eval.py stored beside it. Given to the commands that name the photos (not to an export that
+#: writes its own model.onnx)
+PHOTO_FILES = ("photos/", "a.jpg")
+
+
+@pytest.fixture(scope="session")
+def user_photos(user_files, tmp_path_factory) -> Path:
+    """A folder holding `photos/` (a real face photo, skimage's astronaut, as JPEG), `a.jpg` and `b.jpg` (that
+    photo and a shifted, scaled crop of it), `pts.txt` (the photos' 5 points as insightface's text format, from
+    the detector the align command runs), `model.pth` (a mobilefacenet state_dict in insightface's layout,
+    written from its description) and `model.onnx` (`elasticface-export` of it), each with the
+    `<weights>.thresholds.json` that `python eval.py weights=... data.val_root=...` writes beside it."""
+    import torch
+    from PIL import Image
+    from skimage import data
+
+    from elasticface.align.detector import MTCNNDetector
+    from elasticface.eval.embed import load_model_file
+    from elasticface.export.check import example_input
+    from helpers.insightface_layout import mobilefacenet_layout, released_state_dict
+
+    base = tmp_path_factory.mktemp("user_photos")
+    photo = data.astronaut()  # 512x512 RGB, one face
+    (base / "photos").mkdir()
+    Image.fromarray(photo).save(base / "photos" / "astronaut.jpg", quality=95)
+    Image.fromarray(photo).save(base / "a.jpg", quality=95)
+    crop = Image.fromarray(photo[20:340, 60:380]).resize((400, 400), Image.BILINEAR)
+    crop.save(base / "b.jpg", quality=90)
+    faces = MTCNNDetector("cpu").detect([np.asarray(Image.open(base / "photos" / "astronaut.jpg").convert("RGB"))])[0]
+    assert faces, "the detector finds the astronaut's face"
+    best = max(faces, key=lambda f: f.score)
+    points = " ".join(f"{v:.2f}" for v in best.landmarks.reshape(-1))
+    (base / "pts.txt").write_text(f"astronaut.jpg {points} {best.score:.4f}\n")
+    # random values grow through mobilefacenet's 30-odd layers to embeddings of ~1e5 where a trained one's are ~10:
+    # scale its embedding layer to that, so the export check's absolute tolerance means what it does for a real model
+    state = released_state_dict(mobilefacenet_layout())
+    torch.save(state, base / "model.pth")
+    model = load_model_file(str(base / "model.pth"), torch.device("cpu"), None, None, False)
+    with torch.no_grad():
+        scale = float(model(example_input(2, 112, 0)).abs().max())
+    state["features.layers.2.weight"] *= 10.0 / scale
+    torch.save(state, base / "model.pth")
+    scripts = Path(sys.executable).parent
+    export = subprocess.run([str(scripts / "elasticface-export"), "--weights", "model.pth", "--out", "model.onnx"],
+                            cwd=base, capture_output=True, text=True, timeout=600)
+    assert export.returncode == 0, export.stdout[-2000:] + export.stderr[-3000:]
+    env = {**os.environ, "WANDB_MODE": "offline"}
+    for weights in ("model.pth", "model.onnx"):
+        out = subprocess.run([sys.executable, str(ROOT / "eval.py"), f"weights={weights}",
+                              f"data.val_root={user_files[0] / 'data' / 'faces_emore'}"],
+                             cwd=base, capture_output=True, text=True, timeout=600, env=env)
+        assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-3000:]
+        assert (base / f"{weights}.thresholds.json").is_file(), f"eval.py stores the thresholds beside {weights}"
+    return base
+
+
+def add_user_photos(base: Path, workdir: Path) -> None:
+    shutil.copytree(base / "photos", workdir / "photos")
+    for name in ("a.jpg", "b.jpg", "pts.txt", "model.pth", "model.onnx", "model.pth.thresholds.json",
+                 "model.onnx.thresholds.json"):
+        shutil.copy(base / name, workdir / name)
+
+
 ALL = sorted(set(readme_commands()) | set(make_help_commands()))
 
 
@@ -247,6 +314,13 @@ def test_readme_command_runs_verbatim(command, user_files, tmp_path, request):
     if loads_model and not needs_more(tokens):
         request.getfixturevalue("user_checkpoint")  # a trained model, for the commands that load one
     workdir = fresh_workdir(user_files, tmp_path)
+    if "--device" in tokens and tokens[tokens.index("--device") + 1].startswith("cuda"):
+        import torch
+
+        if not torch.cuda.is_available():
+            pytest.skip(f"{command}: needs a CUDA GPU (the same command on the CPU runs above)")
+    if any(word in command for word in PHOTO_FILES):
+        add_user_photos(request.getfixturevalue("user_photos"), workdir)
     if RELEASED in command and not needs_more(tokens):
         (workdir / RELEASED).symlink_to(request.getfixturevalue("released_backbone"))
     if "<time>" in command:  # `make report DIR=<a sweep>`: the user's sweep is a small one of their own
