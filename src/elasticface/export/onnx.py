@@ -11,11 +11,11 @@ import os
 import warnings
 from typing import Sequence
 
-import numpy as np
 import torch
 from torch import nn
 
-from elasticface.export.check import ExportMismatchError, check_difference, cpu_eval_copy, example_input
+from elasticface.export.check import (ExportMismatchError, check_difference, cpu_eval_copy, example_input,
+                                      scaled_difference)
 from elasticface.utils.requirements import require_module
 
 
@@ -64,5 +64,5 @@ def export_onnx(
         if got.shape != want.shape:
             raise ExportMismatchError(f"{path}: ONNX output shape {got.shape} != PyTorch {want.shape} "
                                       f"for batch {batch}")
-        diff = max(diff, float(np.max(np.abs(got - want))))
+        diff = max(diff, scaled_difference(got, want))
     return check_difference(path, diff, atol)
