@@ -194,7 +194,9 @@ def fresh_workdir(user_files: tuple[Path, Path], tmp_path: Path) -> Path:
     shutil.copy(base / "pairs.txt", tmp_path / "pairs.txt")
     if ckpt.exists():
         shutil.copy(ckpt, tmp_path / "last.ckpt")
-    (tmp_path / Y1_DIR).symlink_to(ROOT / "tests" / "data" / "mxnet" / "y1")
+    (tmp_path / Y1_DIR).mkdir()  # a folder of its own: eval.py writes its thresholds beside the weights
+    for file in (ROOT / "tests" / "data" / "mxnet" / "y1").iterdir():
+        (tmp_path / Y1_DIR / file.name).symlink_to(file)
     return tmp_path
 
 
