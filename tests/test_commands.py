@@ -17,7 +17,7 @@ OLDER_PATHS = {"elasticface.eval.embed": "embed", "elasticface.data.convert": "c
 def test_every_console_script_is_a_main_in_cli():
     scripts = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
     for name, target in scripts.items():
-        command = name.removeprefix("elasticface-")
+        command = name.removeprefix("elasticface-").replace("-", "_")  # elasticface-toy-2d: cli/toy_2d.py
         assert target == f"elasticface.cli.{command}:main", f"{name} = {target}: commands live in cli/<command>.py"
         assert (ROOT / "src" / "elasticface" / "cli" / f"{command}.py").is_file()
     assert set(OLDER_PATHS.values()) <= {n.removeprefix("elasticface-") for n in scripts}
@@ -30,7 +30,7 @@ def test_older_module_paths_run_the_cli_command_and_help_needs_no_torch():
 
     runs = {old: (help_of(old), help_of(f"elasticface.cli.{command}")) for old, command in OLDER_PATHS.items()}
     no_torch = subprocess.run(
-        [sys.executable, "-c", "import sys\nfor c in ('embed', 'export', 'convert', 'report'):\n"
+        [sys.executable, "-c", "import sys\nfor c in ('embed', 'export', 'convert', 'report', 'toy_2d'):\n"
          "    try: __import__(f'elasticface.cli.{c}', fromlist=['main']).main(['--help'])\n"
          "    except SystemExit: pass\nprint(sorted(m for m in ('torch', 'matplotlib') if m in sys.modules))"],
         capture_output=True, text=True, timeout=120)

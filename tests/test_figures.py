@@ -17,7 +17,8 @@ import pytest  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
 from elasticface.eval.plots import roc_figure, score_histogram  # noqa: E402
-from elasticface.eval.toy_2d import toy_figure, toy_geometry, toy_sweep_figure  # noqa: E402
+from elasticface.eval.toy_2d.figures import toy_figure, toy_sweep_figure  # noqa: E402
+from elasticface.eval.toy_2d.geometry import toy_geometry  # noqa: E402
 from elasticface.report.plot import accuracy_vs_sigma_figure  # noqa: E402
 from elasticface.report.table import Report, Row  # noqa: E402
 

@@ -77,7 +77,7 @@ SWEEP_JOBS = {"hparams_search=paper_table1": 11, "hparams_search=paper_table2": 
 FAST_TRAINING = {"make train", "python train.py head=elastic_arc_plus sigma=0.0175"}
 TRAINS = ("train.py", "elasticface-train", "make train", "make sweep-demo", "make report", "make bench", "eval.py",
           "elasticface.eval", "elasticface.data.convert", "elasticface-embed", "elasticface-export",
-          "elasticface-convert", "elasticface-align", "elasticface-compare")
+          "elasticface-convert", "elasticface-align", "elasticface-compare", "elasticface-toy-2d")
 
 
 def fast(command: str) -> bool:
@@ -330,7 +330,7 @@ def test_readme_command_runs_verbatim(command, user_files, tmp_path, request):
                                cwd=workdir, capture_output=True, text=True, timeout=900)
         assert sweep.returncode == 0, sweep.stderr[-3000:]
         (workdir / "logs" / "train" / "multiruns").iterdir().__next__().rename(workdir / "sweep")
-    if "elasticface.eval.toy_2d" in command:  # the toy example's summary reads the user's toy sweep: a tiny one
+    if "elasticface-toy-2d" in command:  # the toy example's summary reads the user's toy sweep: a tiny one
         sweep = subprocess.run([sys.executable, str(ROOT / "train.py"), "-m", "experiment=toy_2d",
                                 "head=arcface,elastic_arc", "seed=1,2", "debug=tiny", "model.embedding_size=2",
                                 "trainer.max_steps=2"],

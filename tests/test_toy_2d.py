@@ -12,15 +12,10 @@ import torch
 from elasticface.data.datamodule import FaceDataModule
 from elasticface.data.synthetic import SyntheticFaces, identity_params, render_face_chw, variation_params
 from conftest import compose_train
-from elasticface.eval.toy_2d import (
-    SWEEP_FIGURE_FILE,
-    main,
-    read_toy_results,
-    read_toy_sweep,
-    summarize_over_seeds,
-    toy_geometry,
-    write_toy_results,
-)
+from elasticface.cli.toy_2d import main
+from elasticface.eval.toy_2d.geometry import toy_geometry
+from elasticface.eval.toy_2d.results import SWEEP_FIGURE_FILE, read_toy_results, read_toy_sweep, write_toy_results
+from elasticface.eval.toy_2d.summary import summarize_over_seeds
 from elasticface.training import run
 
 
@@ -165,6 +160,23 @@ def test_sweep_summary_names_the_seeds_whose_centres_merged(tmp_path, capsys):
     everything, without = capsys.readouterr().out.split("without the 1 run whose centres merged")
     assert "| arcface | 3 | 10 | 2 of 3 | 1 (seed 2) |" in everything
     assert "| arcface | 2 | 10 | 2 of 2 | 0 |" in without
+
+
+def test_the_command_reads_the_newest_sweep_of_the_directory_it_runs_in(tmp_path, monkeypatch, capsys):
+    """Without SWEEP_DIR the newest multirun under ./logs/toy_2d/multiruns of the working directory of the call
+    (not of the import), and only that sweep gets the side-by-side picture."""
+    monkeypatch.chdir(tmp_path)
+    assert main([]) == 2
+    assert "no toy sweep under ./logs/toy_2d/multiruns" in capsys.readouterr().err
+    multiruns = tmp_path / "logs" / "toy_2d" / "multiruns"
+    older, newer = multiruns / "2026-11-01_09-00-00", multiruns / "2026-11-02_08-00-00"
+    fake_toy_job(older / "0", "arcface", 1, 10.0, 3.0)
+    fake_toy_job(newer / "0", "elastic_arc", 1, 4.0, 1.0)
+    (multiruns / "2026-11-03_07-00-00").mkdir()  # a sweep that wrote no toy results yet (still training)
+    assert main([]) == 0
+    out = capsys.readouterr().out
+    assert f"sweep: {newer}" in out and "| elastic_arc | 1 |" in out and "| arcface |" not in out
+    assert (newer / SWEEP_FIGURE_FILE).is_file() and not (older / SWEEP_FIGURE_FILE).exists()
 
 
 def test_toy_2d_run_writes_its_geometry(tiny_cfg, tmp_path):

@@ -149,7 +149,9 @@ class MTCNNDetector:
         keep = batched_nms(boxes[:, :4], boxes[:, 4], owner, 0.7)
         return _square(_regress(boxes[keep], offsets[keep])), owner[keep]
 
-    def _output(self, photos: Sequence[Tensor], boxes: Tensor, owner: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    def _locate_landmarks(self, photos: Sequence[Tensor], boxes: Tensor,
+                          owner: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """MTCNN's last stage (O-Net): the boxes that pass it, their 5 landmarks [N, 5, 2] and photo index."""
         crops, valid = self._crops(photos, boxes, owner, 48)
         boxes, owner = boxes[valid], owner[valid]
         outs = [self.onet(chunk) for chunk in crops.split(_CHUNK)]
@@ -188,7 +190,7 @@ class MTCNNDetector:
         faces: list[list[Face]] = [[] for _ in tensors]
         if not len(boxes):
             return faces
-        boxes, landmarks, owner = self._output(tensors, boxes, owner)
+        boxes, landmarks, owner = self._locate_landmarks(tensors, boxes, owner)
         for i in owner.unique().tolist():
             mine = (owner == i).nonzero()[:, 0]
             keep = mine[_nms_min(boxes[mine, :4], boxes[mine, 4], 0.7)]

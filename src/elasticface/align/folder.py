@@ -202,7 +202,7 @@ def align_folder(
     return summary
 
 
-def describe(summary: AlignSummary, out: str) -> str:
+def format_align_summary(summary: AlignSummary, out: str) -> str:
     """The one-paragraph account the command prints."""
     def n(count: int, noun: str) -> str:
         return f"{count} {noun}{'' if count == 1 else 's'}"

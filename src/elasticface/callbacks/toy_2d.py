@@ -19,7 +19,8 @@ from torch.utils.data import DataLoader
 
 from elasticface.data.datamodule import collate_faces
 from elasticface.data.transforms import normalize, resize
-from elasticface.eval.toy_2d import toy_geometry, write_toy_results
+from elasticface.eval.toy_2d.geometry import toy_geometry
+from elasticface.eval.toy_2d.results import write_toy_results
 
 
 class Toy2DGeometry(pl.Callback):

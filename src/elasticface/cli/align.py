@@ -44,7 +44,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                                             flags=("all-faces", "progress")))
     start(parser.prog, [])
     from elasticface.align.detector import MTCNNDetector
-    from elasticface.align.folder import align_folder, describe
+    from elasticface.align.folder import align_folder, format_align_summary
 
     def detector() -> MTCNNDetector:
         import torch
@@ -58,7 +58,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (FileNotFoundError, NotADirectoryError, ValueError) as exc:
         print(f"elasticface-align: {exc}", file=sys.stderr)
         return 2
-    print(describe(summary, args.out))
+    print(format_align_summary(summary, args.out))
     return 0
 
 

@@ -60,12 +60,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         import os
 
         from elasticface.align.detector import MTCNNDetector
-        from elasticface.align.folder import align_folder, describe
+        from elasticface.align.folder import align_folder, format_align_summary
         from elasticface.eval.embedding_loop import resolve_device
 
         images = args.aligned_dir or os.path.splitext(args.out)[0] + "_faces"
         summary = align_folder(args.images, images, lambda: MTCNNDetector(resolve_device(args.device)))
-        print(describe(summary, images))
+        print(format_align_summary(summary, images))
     model = load_model_file(args.weights, args.device, args.backbone, args.embedding_size, args.allow_torchscript)
     out, index = embed_folder(model, images, args.out, args.batch_size, args.flip, args.normalize,
                               args.device, args.num_workers, args.resize, args.max_pixels)
