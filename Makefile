@@ -115,11 +115,11 @@ bench: $(STAMP)
 sweep-demo: $(STAMP)
 	@dir=logs/sweep_demo/multiruns/$$(date +%Y-%m-%d_%H-%M-%S); \
 	WANDB_SILENT=true $(PY) $(ROOT)train.py -m hparams_search=paper_table1 experiment=sweep_demo hydra.sweep.dir=$$dir $(ARGS) \
-	  && $(PY) -m elasticface.report $$dir
+	  && $(PY) -m elasticface.cli.report $$dir
 
 report: $(STAMP)
 	@test -n "$(DIR)" || { echo "usage: make report DIR=<sweep directory, e.g. logs/train/multiruns/<date>_<time>>"; exit 2; }
-	$(PY) -m elasticface.report $(DIR)
+	$(PY) -m elasticface.cli.report $(DIR)
 
 clean:
 	rm -rf logs outputs .pytest_cache site

@@ -16,7 +16,8 @@ import pytest
 from hydra.utils import instantiate
 from PIL import Image
 
-from elasticface.data.lfw_split import main, read_lfw_pairs, split_lfw
+from elasticface.cli.lfw_split import main
+from elasticface.data.lfw_split import read_lfw_pairs, split_lfw
 from conftest import compose_train
 
 PEOPLE_PER_FOLD, IMAGES = 3, 3
@@ -80,10 +81,12 @@ def test_split_trains_on_folds_1_to_9_and_verifies_on_fold_10s_600_pairs(lfw, tm
     assert bins == expected, "fold 10's aligned JPEGs, byte for byte, in pairs.txt order"
 
 
-def test_the_experiment_trains_on_the_split_and_verifies_on_fold_10(lfw, tmp_path):
+def test_the_experiment_trains_on_the_split_and_verifies_on_fold_10(lfw, tmp_path, capsys):
     faces, pairs, _ = lfw
-    main([str(faces), str(pairs), str(tmp_path / "split")])
-    cfg = compose_train(["experiment=lfw_fold10", f"data.root={tmp_path / 'split'}"], tmp_path)
+    assert main([str(faces), str(pairs), str(tmp_path / "split")]) == 0
+    printed = capsys.readouterr().out.splitlines()[-1]  # "train: python train.py experiment=... data.root=..."
+    assert printed == f"train: python train.py experiment=lfw_fold10 data.root={tmp_path / 'split'}"
+    cfg = compose_train(printed.split()[3:], tmp_path)  # the overrides the command printed, as printed
     datamodule = instantiate(cfg.data)
     datamodule.setup("fit")
     assert datamodule.num_classes == 27

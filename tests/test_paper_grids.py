@@ -70,7 +70,7 @@ def test_sweep_demo_runs_the_grid_and_the_report_ranks_it(tmp_path):
                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=1800)
     assert out.returncode == 0, out.stderr[-3000:]
     (sweep,) = (tmp_path / "logs" / "sweep_demo" / "multiruns").iterdir()
-    out = subprocess.run([sys.executable, "-m", "elasticface.report", str(sweep)], cwd=tmp_path, env=env,
+    out = subprocess.run([sys.executable, "-m", "elasticface.cli.report", str(sweep)], cwd=tmp_path, env=env,
                          capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
     assert "| loss | pose | lighting | expression | hard | mean | Borda sum | rank |" in out.stdout

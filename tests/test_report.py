@@ -1,4 +1,4 @@
-"""python -m elasticface.report: the paper's Borda table from summary.json files alone."""
+"""elasticface-report: the paper's Borda table from summary.json files alone."""
 
 from __future__ import annotations
 

@@ -7,7 +7,7 @@
     elasticface-convert pairs2bin cfp/Protocol/Split/FP cfp_aligned/ cfp_fp.bin   # CFP's protocol folder
     elasticface-convert reindex REC_ROOT                   # rebuild a lost train.idx (im2rec order)
 
-The same command as `python -m elasticface.cli.convert` (and the older `python -m elasticface.data.convert`).
+The same command as `python -m elasticface.cli.convert`.
 """
 
 from __future__ import annotations

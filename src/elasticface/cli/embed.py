@@ -11,7 +11,7 @@ Writes a `.npy` (float32 [N, D]) and beside it a `.txt` index of the relative im
 name with ``_faces``; rerunning resumes) and embeds those faces; photos without a face are reported, not embedded.
 
 ``--weights`` takes any model file, its type detected (``--ckpt`` and ``--model`` are the same option).
-The same command as `python -m elasticface.cli.embed` (and the older `python -m elasticface.eval.embed`).
+The same command as `python -m elasticface.cli.embed`.
 """
 
 from __future__ import annotations

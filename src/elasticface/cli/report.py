@@ -1,4 +1,4 @@
-"""`python -m elasticface.report <sweep dir> [--out DIR]`: print a sweep's ranked table; write .md, .csv, .png.
+"""`elasticface-report <sweep dir> [--out DIR]`: print a sweep's ranked table; write .md, .csv, .png.
 
 The same command as `python -m elasticface.cli.report`.
 """
@@ -15,7 +15,7 @@ from elasticface.cli.version import add_version_argument
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m elasticface.report", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="elasticface-report", description=__doc__.split("\n\n")[0])
     add_version_argument(parser)
     parser.add_argument("sweep_dir", type=Path, help="a multirun directory, e.g. logs/train/multiruns/<time>")
     parser.add_argument("--out", type=Path, default=None,

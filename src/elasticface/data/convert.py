@@ -166,9 +166,3 @@ def rebuild_index(rec_root: str, prefix: str = "train") -> int:
     os.replace(idx_path + ".tmp", idx_path)
     return count
 
-
-if __name__ == "__main__":
-    import runpy
-
-    # run_module, not an import: the library layer never imports the commands above it (pyproject's import contract)
-    runpy.run_module("elasticface.cli.convert", run_name="__main__", alter_sys=True)

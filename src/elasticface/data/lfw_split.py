@@ -8,14 +8,12 @@ line "10 300", then per fold 300 matched lines `name n1 n2` and 300 mismatched `
 Output: `OUT/train/<Name>/...` (every image of each training person, copied) and `OUT/lfw_fold10.bin`
 (the held-out fold's pairs, the aligned JPEGs stored byte for byte).
 
-    python -m elasticface.data.lfw_split faces/ pairs.txt lfw_split/
-    python train.py experiment=lfw_fold10 data.root=lfw_split/train
+    elasticface-lfw-split faces/ pairs.txt lfw_split/
+    python train.py experiment=lfw_fold10 data.root=lfw_split
 """
 
 from __future__ import annotations
 
-import argparse
-import os
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -142,18 +140,3 @@ def split_lfw(faces: str | Path, pairs_file: str | Path, out: str | Path, test_f
             "train_people_without_images": missing, "train_people_in_test_fold": len(named & test_people),
             "test_pairs": len(test), "test_matched": sum(issame)}
 
-
-def main(argv: Sequence[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m elasticface.data.lfw_split", description=__doc__.split("\n\n")[0])
-    parser.add_argument("faces", help="aligned LFW faces: <Name>/<Name>_0001.jpg (elasticface-align lfw/ faces/)")
-    parser.add_argument("pairs", help="LFW's pairs.txt ('10 300' header)")
-    parser.add_argument("out", help="output folder: out/train/<Name>/ and out/lfw_fold<k>.bin")
-    parser.add_argument("--test-fold", type=int, default=10, help="the held-out fold (default 10)")
-    args = parser.parse_args(argv)
-    report = split_lfw(args.faces, args.pairs, args.out, test_fold=args.test_fold)
-    print(" ".join(f"{k}={v}" for k, v in report.items()))
-    print(f"train: python train.py experiment=lfw_fold10 data.root={os.path.join(args.out, 'train')}")
-
-
-if __name__ == "__main__":
-    main()

@@ -167,9 +167,3 @@ def embed_folder(
         f.write("\n".join(paths) + "\n")
     return out, index_path
 
-
-if __name__ == "__main__":
-    import runpy
-
-    # run_module, not an import: the library layer never imports the commands above it (pyproject's import contract)
-    runpy.run_module("elasticface.cli.embed", run_name="__main__", alter_sys=True)

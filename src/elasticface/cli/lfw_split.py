@@ -1,0 +1,35 @@
+"""`elasticface-lfw-split FACES PAIRS OUT`: LFW as a train/test split by its own protocol (people of folds 1-9
+train; fold 10's 600 pairs verify), for `python train.py experiment=lfw_fold10 data.root=OUT`.
+
+The same command as `python -m elasticface.cli.lfw_split`. The split itself: `elasticface.data.lfw_split`.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Sequence
+
+from elasticface.cli.preflight import start
+from elasticface.cli.version import add_version_argument
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="elasticface-lfw-split", description=__doc__.split("\n\n")[0])
+    add_version_argument(parser)
+    parser.add_argument("faces", help="aligned LFW faces: <Name>/<Name>_0001.jpg (elasticface-align lfw/ faces/)")
+    parser.add_argument("pairs", help="LFW's pairs.txt ('10 300' header)")
+    parser.add_argument("out", help="output folder: out/train/<Name>/ and out/lfw_fold<k>.bin")
+    parser.add_argument("--test-fold", type=int, default=10, help="the held-out fold (default 10)")
+    args = parser.parse_args(argv)
+    start(parser.prog, [])
+    from elasticface.data.lfw_split import split_lfw  # here, so that --help answers without importing PIL
+
+    report = split_lfw(args.faces, args.pairs, args.out, test_fold=args.test_fold)
+    print(" ".join(f"{k}={v}" for k, v in report.items()))
+    # the experiment reads <root>/train and <root>/lfw_fold10.bin: data.root is the split's folder itself
+    print(f"train: python train.py experiment=lfw_fold10 data.root={args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
