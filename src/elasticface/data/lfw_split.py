@@ -17,7 +17,6 @@ from __future__ import annotations
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
 
 from PIL import Image
 
