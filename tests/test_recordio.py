@@ -320,7 +320,8 @@ def test_dali_loader_matches_cpu(tmp_path):
     from elasticface.data.dali import DaliRecordIOLoader
 
     root, _, labels = legacy_root(tmp_path, n_per_class=(4, 4, 4), with_magic_key=None)
-    loader = DaliRecordIOLoader(root, batch_size=4, num_threads=1, hflip=False, cache_dir=str(tmp_path / "cache"))
+    loader = DaliRecordIOLoader(RecordIODataset(root), batch_size=4, num_threads=1, hflip=False,
+                                cache_dir=str(tmp_path / "cache"))
     seen = []
     for images, labs, skipped in loader:
         assert images.is_cuda and images.dtype == torch.uint8 and images.shape == (4, 3, 112, 112)
