@@ -66,11 +66,20 @@ def test_last_ckpt_is_the_final_state_and_summary_names_what_each_file_holds(tin
 
 
 def test_atomic_write_keeps_lightnings_fsspec_save_for_remote_paths(tmp_path, monkeypatch):
-    seen = []
-    monkeypatch.setattr("lightning_fabric.plugins.io.torch_io._atomic_save", lambda ckpt, path: seen.append(str(path)))
-    AtomicCheckpointIO().save_checkpoint({"step": 1}, "memory://bucket/run/last.ckpt")
-    assert seen == ["memory://bucket/run/last.ckpt"]
-    assert remove_stale_temporaries("memory://bucket/run") == []
+    import io
+
+    import fsspec
+
+    monkeypatch.chdir(tmp_path)  # a remote URL taken for a local path would land in ./memory:/...
+    run = f"memory://bucket/{tmp_path.name}/run"
+    AtomicCheckpointIO().save_checkpoint({"step": 1}, f"{run}/last.ckpt")
+    remote = fsspec.filesystem("memory")
+    try:
+        assert remote.ls(run, detail=False) == [f"/bucket/{tmp_path.name}/run/last.ckpt"]
+        assert torch.load(io.BytesIO(remote.cat(f"{run}/last.ckpt")), weights_only=True) == {"step": 1}
+        assert remove_stale_temporaries(run) == [] and list(tmp_path.iterdir()) == []
+    finally:
+        remote.rm(f"memory://bucket/{tmp_path.name}", recursive=True)
 
 
 # ------------------------------------------------------------------------------------------ divergence
