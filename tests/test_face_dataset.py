@@ -13,7 +13,8 @@ from elasticface.data.folder import ImageFolderFaces
 from elasticface.data.recordio_dataset import RecordIODataset
 from elasticface.data.synthetic import SyntheticFaces
 from helpers.face_datasets import ListFaces
-from helpers.recordio_files import ifqq, smooth_jpeg, whole, write_files
+from helpers.images import smooth_jpeg
+from helpers.recordio_files import ifqq, whole, write_files
 
 # what the data module reads of a training set, written out here independently of the protocol's class body
 MEMBERS = {"num_classes", "labels", "max_corrupt", "dropped_at_scan", "__len__", "__getitem__"}

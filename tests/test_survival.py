@@ -24,7 +24,8 @@ from elasticface.training import build_module, build_trainer, run
 from elasticface.checkpointing.atomic_save import AtomicCheckpointIO, remove_stale_temporaries
 from helpers.face_datasets import ListFaces
 from helpers.nonfinite import nan_loss_at_step
-from helpers.recordio_files import ifqq, smooth_jpeg, whole, write_files
+from helpers.images import smooth_jpeg
+from helpers.recordio_files import ifqq, whole, write_files
 
 
 @pytest.fixture

@@ -424,7 +424,8 @@ def test_truncated_and_non_image_bytes_are_corrupt():
 
 
 def test_recordio_and_folder_skip_and_count_a_bomb(tmp_path):
-    from helpers.recordio_files import ifqq, smooth_jpeg, whole, write_files
+    from helpers.images import smooth_jpeg
+    from helpers.recordio_files import ifqq, whole, write_files
 
     from elasticface.data.faults import DroppedRecord
     from elasticface.data.folder import ImageFolderFaces
