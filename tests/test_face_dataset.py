@@ -6,6 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from conftest import ROOT
+
 from elasticface.data.datamodule import FaceDataModule
 from elasticface.data.face_dataset import FaceDataset, face_dataset_members
 from elasticface.data.faults import DroppedRecord, TooManyCorruptRecords
@@ -13,7 +15,7 @@ from elasticface.data.folder import ImageFolderFaces
 from elasticface.data.recordio_dataset import RecordIODataset
 from elasticface.data.synthetic import SyntheticFaces
 from helpers.face_datasets import ListFaces
-from helpers.images import smooth_jpeg
+from helpers.images import save_image, smooth_image, smooth_jpeg
 from helpers.recordio_files import ifqq, whole, write_files
 
 # what the data module reads of a training set, written out here independently of the protocol's class body
@@ -110,3 +112,32 @@ def test_dali_decoder_refuses_a_training_set_that_is_not_recordio():
     dm.setup("fit")
     with pytest.raises(TypeError, match="data.decoder=dali reads insightface RecordIO.*ListFaces"):
         dm.train_dataloader()
+
+
+def docs_example(name: str) -> type:
+    """A class from the ```python block of docs/data.md's "Your own training set", run as a user pastes it."""
+    text = (ROOT / "docs" / "data.md").read_text()
+    section = text[text.index("## Your own training set"):]
+    start = section.index("```python\n") + len("```python\n")
+    namespace: dict = {}
+    exec(compile(section[start:section.index("```\n", start)], "docs/data.md", "exec"), namespace)
+    return namespace[name]
+
+
+def test_the_docs_own_dataset_trains_and_skips_an_unreadable_file(tmp_path):
+    csv_faces = docs_example("CsvFaces")
+    lines = []
+    for i in range(4):
+        save_image(tmp_path / f"{i}.jpg", smooth_image(i))
+        lines.append(f"{tmp_path / f'{i}.jpg'},{i // 2}")
+    gone = tmp_path / "gone.jpg"
+    (tmp_path / "faces.csv").write_text("\n".join([*lines, f"{gone},1"]) + "\n")
+    dataset = csv_faces(str(tmp_path / "faces.csv"))
+    assert isinstance(dataset, FaceDataset)
+    dm = FaceDataModule(train_dataset=lambda: dataset, batch_size=5, num_workers=0)
+    dm.setup("fit")
+    assert dm.num_classes == 2
+    ((images, labels, skipped, dropped),) = list(dm.train_dataloader())
+    dm.faults.add(dropped)
+    assert images.shape == (4, 3, 112, 112) and sorted(labels.tolist()) == [0, 0, 1, 1] and int(skipped) == 1
+    assert list(dm.faults.records) == [(str(gone), "4")]
