@@ -10,6 +10,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from hydra import compose, initialize_config_dir
+from hydra.core.global_hydra import GlobalHydra
 from omegaconf import DictConfig
 
 from elasticface.cli.compose import compose_train  # noqa: F401  (the tests import it from here)
@@ -25,6 +27,13 @@ register_resolvers()
 
 # Small enough that a full fit (train + verification) takes seconds on 2 CPU cores.
 TINY = ["debug=tiny"]
+
+
+def compose_eval(overrides: list[str]) -> DictConfig:
+    """The config `python eval.py <overrides>` runs, composed in-process."""
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(version_base="1.3", config_dir=CONFIG_DIR):
+        return compose(config_name="eval", overrides=overrides)
 
 
 @pytest.fixture

@@ -15,7 +15,7 @@ from elasticface.cli.align import main
 
 skdata = pytest.importorskip("skimage.data")
 cv2 = pytest.importorskip("cv2")
-from helpers.insightface_align import insightface_crop  # noqa: E402
+from helpers.insightface_align import ASTRONAUT_LANDMARKS, insightface_crop  # noqa: E402
 
 
 def rows(path) -> list[dict[str, str]]:
@@ -125,27 +125,24 @@ def _insightface_txt(path, entries):
             f.write(name + " " + " ".join(f"{v:.4f}" for v in np.ravel(points)) + " 0.99\n")
 
 
-POINTS = np.array([[205.1, 101.6], [247.5, 103.7], [224.8, 128.8], [201.8, 139.3], [245.4, 141.9]])
-
-
 def test_landmarks_from_files_skip_detection(tmp_path, capsys):
     src = tmp_path / "src"
     (src / "x").mkdir(parents=True)
     photo = skdata.astronaut()
     Image.fromarray(photo).save(src / "x" / "a.png")
     Image.fromarray(photo[:, ::-1].copy()).save(src / "x" / "b.png")
-    _insightface_txt(tmp_path / "pts.txt", [("x/a.png", POINTS)])
+    _insightface_txt(tmp_path / "pts.txt", [("x/a.png", ASTRONAUT_LANDMARKS)])
     weights = tmp_path / "no_weights"  # a detector could not even be built: none is needed
     weights.mkdir()
     assert main([str(src), str(tmp_path / "out"), "--landmarks", str(tmp_path / "pts.txt"),
                  "--weights-dir", str(weights), "--no-progress"]) == 0
     ours = np.asarray(Image.open(tmp_path / "out" / "x" / "a.png")).astype(int)
-    assert np.abs(ours - insightface_crop(photo, POINTS).astype(int)).max() <= 1
+    assert np.abs(ours - insightface_crop(photo, ASTRONAUT_LANDMARKS).astype(int)).max() <= 1
     report = rows(tmp_path / "out" / "align_report.csv")
     assert [(r["source"], r["problem"]) for r in report] == [("x/b.png", "no_landmarks")]
     assert "pts.txt" in report[0]["detail"]
     # faces.csv is itself a landmark file; a .npy follows the sorted photo order
-    np.save(tmp_path / "pts.npy", np.stack([POINTS, POINTS * [-1, 1] + [511, 0]]))
+    np.save(tmp_path / "pts.npy", np.stack([ASTRONAUT_LANDMARKS, ASTRONAUT_LANDMARKS * [-1, 1] + [511, 0]]))
     for given in (tmp_path / "out" / "faces.csv", tmp_path / "pts.npy"):
         out = tmp_path / f"again_{given.suffix}"
         assert main([str(src), str(out), "--landmarks", str(given), "--no-progress"]) == 0
@@ -158,7 +155,7 @@ def test_landmark_file_with_other_names_is_refused(tmp_path, capsys):
     src = tmp_path / "src"
     src.mkdir()
     Image.fromarray(skdata.astronaut()).save(src / "a.png")
-    _insightface_txt(tmp_path / "pts.txt", [("elsewhere/z.jpg", POINTS)])
+    _insightface_txt(tmp_path / "pts.txt", [("elsewhere/z.jpg", ASTRONAUT_LANDMARKS)])
     assert main([str(src), str(tmp_path / "out"), "--landmarks", str(tmp_path / "pts.txt"), "--no-progress"]) == 2
     err = capsys.readouterr().err
     assert "pts.txt" in err and "'elsewhere/z.jpg'" in err and "'a.png'" in err
@@ -168,7 +165,7 @@ def test_pixel_limit_refuses_before_decoding(tmp_path, capsys):
     src = tmp_path / "src"
     src.mkdir()
     Image.new("RGB", (400, 300)).save(src / "big.png")
-    _insightface_txt(tmp_path / "pts.txt", [("big.png", POINTS)])
+    _insightface_txt(tmp_path / "pts.txt", [("big.png", ASTRONAUT_LANDMARKS)])
     assert main([str(src), str(tmp_path / "out"), "--landmarks", str(tmp_path / "pts.txt"),
                  "--max-pixels", "100000", "--no-progress"]) == 0
     (row,) = rows(tmp_path / "out" / "align_report.csv")
@@ -187,7 +184,7 @@ def test_console_script_as_typed(tmp_path):
     src = tmp_path / "photos"
     src.mkdir()
     Image.fromarray(skdata.astronaut()).save(src / "a.jpg", quality=95)
-    _insightface_txt(tmp_path / "pts.txt", [("a.jpg", POINTS)])
+    _insightface_txt(tmp_path / "pts.txt", [("a.jpg", ASTRONAUT_LANDMARKS)])
     proc = subprocess.run([exe, str(src), str(tmp_path / "faces"), "--landmarks", str(tmp_path / "pts.txt")],
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]

@@ -11,27 +11,10 @@ from elasticface.align.template import estimate_norm, norm_crop
 skimage = pytest.importorskip("skimage")
 cv2 = pytest.importorskip("cv2")
 from skimage import data as skdata  # noqa: E402
-from skimage.transform import SimilarityTransform  # noqa: E402
+from helpers.insightface_align import ARCFACE_DST, insightface_crop, insightface_matrix  # noqa: E402
 
-# insightface's python-package/insightface/utils/face_align.py `arcface_dst`, typed in from its source
-ARCFACE_DST = np.array([[38.2946, 51.6963], [73.5318, 51.5014], [56.0252, 71.7366],
-                        [41.5493, 92.3655], [70.7299, 92.2041]], dtype=np.float32)
 # astronaut(): eyes, nose tip and mouth corners read off the photo by eye (only a plausible face is needed)
 ASTRONAUT_POINTS = np.array([[181.0, 105.0], [224.0, 102.0], [206.0, 126.0], [186.0, 151.0], [222.0, 149.0]])
-
-
-def reference_matrix(landmarks: np.ndarray) -> np.ndarray:
-    """insightface's estimate_norm: skimage's similarity estimate from the landmarks to arcface_dst."""
-    if hasattr(SimilarityTransform, "from_estimate"):
-        tform = SimilarityTransform.from_estimate(landmarks, ARCFACE_DST)
-    else:
-        tform = SimilarityTransform()
-        tform.estimate(landmarks, ARCFACE_DST)
-    return tform.params[0:2, :]
-
-
-def reference_crop(image: np.ndarray, landmarks: np.ndarray) -> np.ndarray:
-    return cv2.warpAffine(image, reference_matrix(landmarks), (112, 112), borderValue=0.0)
 
 
 def landmark_cases() -> list[np.ndarray]:
@@ -51,9 +34,9 @@ def landmark_cases() -> list[np.ndarray]:
 def test_transform_and_pixels_match_insightface_rule(case):
     landmarks = landmark_cases()[case]
     image = skdata.astronaut()
-    np.testing.assert_allclose(estimate_norm(landmarks), reference_matrix(landmarks), atol=1e-4)
+    np.testing.assert_allclose(estimate_norm(landmarks), insightface_matrix(landmarks), atol=1e-4)
     ours = np.asarray(norm_crop(image, landmarks)).astype(int)
-    ref = reference_crop(image, landmarks).astype(int)
+    ref = insightface_crop(image, landmarks).astype(int)
     assert ours.shape == ref.shape == (112, 112, 3)
     assert np.abs(ours - ref).max() <= 1
 
@@ -62,7 +45,7 @@ def test_grey_image_stays_grey_and_matches():
     image = skdata.astronaut().mean(2).astype(np.uint8)
     ours = np.asarray(norm_crop(image, ASTRONAUT_POINTS)).astype(int)
     assert ours.shape == (112, 112)
-    assert np.abs(ours - reference_crop(image, ASTRONAUT_POINTS).astype(int)).max() <= 1
+    assert np.abs(ours - insightface_crop(image, ASTRONAUT_POINTS).astype(int)).max() <= 1
 
 
 def test_landmarks_land_on_the_template():

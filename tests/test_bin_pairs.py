@@ -2,29 +2,16 @@
 
 from __future__ import annotations
 
-import io
 import pickle
 import struct
 
 import numpy as np
 import pytest
 import torch
-from PIL import Image
 
 from elasticface.data.pair_files import EncodedPairSet, find_bin_sets, load_bin, pairs_from_list, write_bin
 from elasticface.data.pairs import PairSet
-
-
-def jpeg(seed: int, size: int = 112) -> bytes:
-    rng = np.random.default_rng(seed)
-    img = Image.fromarray(rng.integers(0, 256, (7, 7, 3), dtype=np.uint8)).resize((size, size), Image.BILINEAR)
-    buf = io.BytesIO()
-    img.save(buf, format="JPEG", quality=95)
-    return buf.getvalue()
-
-
-def rgb(data: bytes) -> np.ndarray:
-    return np.asarray(Image.open(io.BytesIO(data)).convert("RGB"))
+from helpers.images import rgb_of, smooth_jpeg
 
 
 def py2_pickle(images: list[bytes], issame: list[bool]) -> bytes:
@@ -43,7 +30,7 @@ def py2_pickle(images: list[bytes], issame: list[bool]) -> bytes:
 
 
 def test_write_then_load_is_identical(tmp_path):
-    imgs = [jpeg(i) for i in range(6)]
+    imgs = [smooth_jpeg(i) for i in range(6)]
     path = str(tmp_path / "lfw.bin")
     write_bin(path, imgs, [True, False, True])
     ps = load_bin(path)
@@ -55,11 +42,11 @@ def test_write_then_load_is_identical(tmp_path):
     for i in (0, 5):
         img, idx = ps[i]
         assert idx == i and img.dtype == torch.uint8 and img.shape == (3, 112, 112)
-        assert np.abs(img.permute(1, 2, 0).numpy().astype(int) - rgb(imgs[i]).astype(int)).max() <= 3
+        assert np.abs(img.permute(1, 2, 0).numpy().astype(int) - rgb_of(imgs[i]).astype(int)).max() <= 3
 
 
 def test_write_encodes_arrays(tmp_path):
-    arr = rgb(jpeg(1))
+    arr = rgb_of(smooth_jpeg(1))
     path = str(tmp_path / "x.bin")
     write_bin(path, [arr, arr], [True])
     img = load_bin(path)[0][0].permute(1, 2, 0).numpy().astype(int)
@@ -69,7 +56,7 @@ def test_write_encodes_arrays(tmp_path):
 
 
 def test_python2_pickle_with_str_entries(tmp_path):
-    imgs = [jpeg(i) for i in range(4)]
+    imgs = [smooth_jpeg(i) for i in range(4)]
     raw = py2_pickle(imgs, [False, True])
     with pytest.raises(UnicodeDecodeError):
         pickle.loads(raw)  # the default ASCII decoding fails: encoding="bytes" is required
@@ -82,7 +69,7 @@ def test_python2_pickle_with_str_entries(tmp_path):
 
 
 def test_numpy_uint8_entries(tmp_path):
-    imgs = [jpeg(i) for i in range(4)]
+    imgs = [smooth_jpeg(i) for i in range(4)]
     entries = [np.frombuffer(b, dtype=np.uint8) for b in imgs]
     path = tmp_path / "cfp_fp.bin"
     path.write_bytes(pickle.dumps((entries, np.array([True, False])), protocol=2))
@@ -109,14 +96,14 @@ def test_bad_entries_and_missing_file(tmp_path):
         load_bin(str(path))
     with pytest.raises(FileNotFoundError, match="nothere.bin"):
         load_bin(str(tmp_path / "nothere.bin"))
-    write_bin(str(path), [b"\xff\xd8broken", jpeg(0)], [True])
+    write_bin(str(path), [b"\xff\xd8broken", smooth_jpeg(0)], [True])
     with pytest.raises(ValueError, match="'odd'.*image 0 is unreadable"):
         load_bin(str(path))[0]
 
 
 def test_find_bin_sets(tmp_path):
     for name in ("lfw", "cfp_fp", "agedb_30"):
-        write_bin(str(tmp_path / f"{name}.bin"), [jpeg(0), jpeg(1)], [True])
+        write_bin(str(tmp_path / f"{name}.bin"), [smooth_jpeg(0), smooth_jpeg(1)], [True])
     sets = find_bin_sets(str(tmp_path), ["lfw", "agedb_30"])
     assert list(sets) == ["lfw", "agedb_30"] and all(isinstance(s, PairSet) for s in sets.values())
     assert list(find_bin_sets(str(tmp_path))) == ["agedb_30", "cfp_fp", "lfw"]
@@ -130,7 +117,7 @@ def test_find_bin_sets_uses_the_sets_that_exist_and_says_which(tmp_path, caplog)
     """As insightface: a folder with only lfw.bin validates on lfw; none at all, or a named missing set, fails."""
     import logging
 
-    write_bin(str(tmp_path / "lfw.bin"), [jpeg(0), jpeg(1)], [True])
+    write_bin(str(tmp_path / "lfw.bin"), [smooth_jpeg(0), smooth_jpeg(1)], [True])
     with caplog.at_level(logging.INFO):
         assert list(find_bin_sets(str(tmp_path))) == ["lfw"]
     assert "lfw" in caplog.text and str(tmp_path) in caplog.text
@@ -142,7 +129,7 @@ def test_find_bin_sets_uses_the_sets_that_exist_and_says_which(tmp_path, caplog)
 def test_pairs_from_list(tmp_path):
     (tmp_path / "a").mkdir()
     for i in range(3):
-        (tmp_path / "a" / f"{i}.jpg").write_bytes(jpeg(i, size=100))
+        (tmp_path / "a" / f"{i}.jpg").write_bytes(smooth_jpeg(i, size=100))
     lst = tmp_path / "pairs.txt"
     lst.write_text("a/0.jpg a/1.jpg 1\n\na/1.jpg a/2.jpg 0\n")
     ps = pairs_from_list(str(lst), str(tmp_path), "mine")

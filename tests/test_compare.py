@@ -5,15 +5,13 @@ eval.py stores beside the weights, raw photos aligned by insightface's rule firs
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
-from hydra import compose, initialize_config_dir
-from hydra.core.global_hydra import GlobalHydra
 from PIL import Image
 
+from conftest import compose_eval
 from elasticface.cli.compare import main as compare_main
 from elasticface.cli.embed import main as embed_main
 from elasticface.data.pair_files import write_bin
@@ -22,10 +20,7 @@ from elasticface.export import export_torchscript
 skdata = pytest.importorskip("skimage.data")
 cv2 = pytest.importorskip("cv2")
 from helpers.pool_embedder import PoolEmbedder  # noqa: E402
-from helpers.insightface_align import insightface_crop  # noqa: E402
-
-ROOT = Path(__file__).resolve().parents[1]
-POINTS = np.array([[205.1, 101.6], [247.5, 103.7], [224.8, 128.8], [201.8, 139.3], [245.4, 141.9]])
+from helpers.insightface_align import ASTRONAUT_LANDMARKS, insightface_crop  # noqa: E402
 
 
 def protocol_cosine(model, face_a, face_b):
@@ -45,9 +40,9 @@ def model_dir(tmp_path_factory):
     model = PoolEmbedder().eval()
     export_torchscript(model, str(root / "model.pt"))
     photo = skdata.astronaut()
-    face = insightface_crop(photo, POINTS)
+    face = insightface_crop(photo, ASTRONAUT_LANDMARKS)
     Image.fromarray(face).save(root / "face_a.png")
-    other = insightface_crop(photo, POINTS + [[3, 2], [1, -2], [0, 4], [-2, 1], [2, 0]])
+    other = insightface_crop(photo, ASTRONAUT_LANDMARKS + [[3, 2], [1, -2], [0, 4], [-2, 1], [2, 0]])
     Image.fromarray(other).save(root / "face_b.png")
     Image.fromarray(photo[:300, 80:380].copy()).save(root / "raw_a.png")  # the face, not yet aligned
     Image.fromarray(np.full((200, 200, 3), 70, np.uint8)).save(root / "flat.png")
@@ -89,7 +84,7 @@ def test_raw_photo_is_detected_and_aligned_first(model_dir, capsys):
 
     raw = np.asarray(Image.open(root / "raw_a.png"))
     (face,) = MTCNNDetector().detect([raw])[0]
-    np.testing.assert_allclose(face.landmarks, POINTS - [80, 0], atol=3.0)
+    np.testing.assert_allclose(face.landmarks, ASTRONAUT_LANDMARKS - [80, 0], atol=3.0)
     expected = protocol_cosine(model, insightface_crop(raw, face.landmarks), Image.open(root / "face_a.png"))
     assert result["cosine"] == pytest.approx(expected, abs=2e-3)  # warps agree to one grey level
 
@@ -112,11 +107,8 @@ def test_eval_stores_the_threshold_compare_uses(model_dir, tmp_path, capsys):
     weights.write_bytes((root / "model.pt").read_bytes())
     from elasticface.eval.run import evaluate
 
-    GlobalHydra.instance().clear()
-    with initialize_config_dir(version_base="1.3", config_dir=str(ROOT / "configs")):
-        cfg = compose(config_name="eval", overrides=[f"weights={weights}", f"data.val_root={tmp_path / 'bins'}",
-                                                     "data.val_sets=[lfw]", "device=cpu", "num_workers=0",
-                                                     "plots=false", "allow_torchscript=true"])
+    cfg = compose_eval([f"weights={weights}", f"data.val_root={tmp_path / 'bins'}", "data.val_sets=[lfw]", "device=cpu",
+                        "num_workers=0", "plots=false", "allow_torchscript=true"])
     (row,) = evaluate(cfg, output_dir=str(tmp_path / "eval"))
     assert "thresholds for elasticface-compare" in capsys.readouterr().out
     stored = json.loads((tmp_path / "model.pt.thresholds.json").read_text())

@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import io
 import os
-import struct
 
-import numpy as np
 import pytest
 import torch
 from PIL import Image
@@ -15,19 +13,10 @@ from elasticface.cli.convert import main
 from elasticface.data.convert import pairs_to_bin, recordio_to_folder, write_recordio
 from elasticface.data.folder import ImageFolderFaces
 from elasticface.data.pair_files import load_bin
+from helpers.images import smooth_jpeg
+from helpers.recordio_files import MAGIC_B
 from elasticface.data.recordio import read_record, unpack_header
 from elasticface.data.recordio_dataset import RecordIODataset
-
-MAGIC_B = struct.pack("<I", 0xCED7230A)
-
-
-def jpeg(seed: int, size=(112, 112), grey=False) -> bytes:
-    rng = np.random.default_rng(seed)
-    small = rng.integers(0, 256, (5, 5) if grey else (5, 5, 3), dtype=np.uint8)
-    buf = io.BytesIO()
-    Image.fromarray(small).resize(size[::-1], Image.BILINEAR).save(buf, format="JPEG", quality=95)
-    return buf.getvalue()
-
 
 @pytest.fixture
 def folder(tmp_path):
@@ -36,14 +25,14 @@ def folder(tmp_path):
     for ident, n in (("id_a", 3), ("id_b", 1), ("id_c", 2)):
         (root / ident).mkdir(parents=True)
         for j in range(n):
-            data = jpeg(hash((ident, j)) % 1000)
+            data = smooth_jpeg(10 * ord(ident[-1]) + j)
             if ident == "id_b":  # a valid JPEG carrying the RecordIO magic at an aligned payload offset
                 pad = (-(24 + len(data))) % 4
                 data = data + b"\0" * pad + MAGIC_B + b"end!"
             (root / ident / f"{j}.jpg").write_bytes(data)
             files[(ident, j)] = data
-    (root / "id_c" / "big.jpg").write_bytes(jpeg(7, size=(150, 130)))
-    (root / "id_c" / "grey.jpg").write_bytes(jpeg(8, grey=True))
+    (root / "id_c" / "big.jpg").write_bytes(smooth_jpeg(7, size=(150, 130)))
+    (root / "id_c" / "grey.jpg").write_bytes(smooth_jpeg(8, grey=True))
     return root, files
 
 

@@ -1,25 +1,9 @@
 import pytest
 import torch
-from torch.utils.data import Dataset
 
 from elasticface.data.datamodule import FaceDataModule, collate_faces
-from elasticface.data.faults import DroppedRecord
 from elasticface.data.transforms import normalize, random_hflip
-
-
-class Tiny(Dataset):
-    num_classes = 3
-
-    def __init__(self, n=10, corrupt=()):
-        self.n, self.corrupt = n, set(corrupt)
-
-    def __len__(self):
-        return self.n
-
-    def __getitem__(self, i):
-        if i in self.corrupt:
-            return DroppedRecord("tiny.rec", str(i), "unreadable")
-        return torch.full((3, 112, 112), i, dtype=torch.uint8), i % 3
+from helpers.face_datasets import ListFaces
 
 
 def test_normalize_maps_uint8_to_minus_one_one():
@@ -39,26 +23,26 @@ def test_random_hflip_flips_each_image_independently():
 
 
 def test_collate_drops_and_counts_corrupt_records():
-    data = Tiny(corrupt={1, 3})
+    data = ListFaces(unreadable={1, 3})
     images, labels, skipped, dropped = collate_faces([data[i] for i in range(5)])
     assert images.shape == (3, 3, 112, 112) and labels.tolist() == [0, 2, 1] and skipped.item() == 2
     assert [(d.source, d.key) for d in dropped] == [("tiny.rec", "1"), ("tiny.rec", "3")]
 
 
 def test_batch_size_that_does_not_fit_names_the_key():
-    dm = FaceDataModule(train_dataset=lambda: Tiny(5), batch_size=8, num_workers=0)
+    dm = FaceDataModule(train_dataset=lambda: ListFaces(5), batch_size=8, num_workers=0)
     with pytest.raises(ValueError, match="data.batch_size=8"):
         dm.setup("fit")
 
 
 def test_num_classes_mismatch_names_the_key():
-    dm = FaceDataModule(train_dataset=lambda: Tiny(5), batch_size=2, num_workers=0, num_classes=7)
+    dm = FaceDataModule(train_dataset=lambda: ListFaces(5), batch_size=2, num_workers=0, num_classes=7)
     with pytest.raises(ValueError, match="data.num_classes=7"):
         dm.setup("fit")
 
 
 def test_train_loader_yields_uint8_batches_with_skip_counts():
-    dm = FaceDataModule(train_dataset=lambda: Tiny(10, corrupt={0}), batch_size=5, num_workers=0)
+    dm = FaceDataModule(train_dataset=lambda: ListFaces(10, unreadable={0}), batch_size=5, num_workers=0)
     dm.setup("fit")
     assert dm.num_classes == 3
     batches = list(dm.train_dataloader())
@@ -71,17 +55,7 @@ def test_identity_sampler_gives_k_images_per_identity_through_the_datamodule():
 
     from elasticface.data.sampler import identity_sampler
 
-    class Labelled(Tiny):
-        num_classes = 6
-
-        def __init__(self):
-            super().__init__(n=48)
-            self.labels = torch.arange(48).remainder(6).numpy()
-
-        def __getitem__(self, i):
-            return torch.zeros(3, 112, 112, dtype=torch.uint8), int(self.labels[i])
-
-    dm = FaceDataModule(train_dataset=Labelled, batch_size=8, num_workers=0,
+    dm = FaceDataModule(train_dataset=lambda: ListFaces(48, num_classes=6), batch_size=8, num_workers=0,
                         sampler=partial(identity_sampler, images_per_identity=4, seed=0))
     dm.setup("fit")
     batches = list(dm.train_dataloader())
@@ -121,7 +95,7 @@ def test_bad_augment_value_names_the_key():
 
 
 def test_augment_applies_to_training_batches_only():
-    dm = FaceDataModule(train_dataset=lambda: Tiny(10), batch_size=5, num_workers=0, hflip=False,
+    dm = FaceDataModule(train_dataset=lambda: ListFaces(10), batch_size=5, num_workers=0, hflip=False,
                         augment={"grayscale_p": 1.0})
     images = torch.randint(0, 256, (2, 3, 112, 112), dtype=torch.uint8)
 

@@ -15,6 +15,7 @@ from elasticface.cli.embed import main
 from elasticface.eval.embedding_loop import embed_dataset, evaluate_pair_set
 from elasticface.export import export_torchscript
 from elasticface.metrics.verification import evaluate_verification, flip_fused_embeddings
+from helpers.face_pairs import noisy_pairs
 from helpers.pool_embedder import PoolEmbedder  # noqa: E402
 
 
@@ -47,13 +48,8 @@ def test_embed_dataset_flip_fusion_and_order():
 
 
 def _toy_pairs(num_pairs=20, seed=1):
-    """Genuine pairs are a face and a noisy copy of it; impostor pairs are two unrelated faces."""
-    images = _faces(2 * num_pairs, seed=seed)
-    issame = np.arange(num_pairs) % 2 == 0
-    noise = torch.randint(-20, 21, images.shape[1:], generator=torch.Generator().manual_seed(seed + 1))
-    for p in np.nonzero(issame)[0]:
-        images[2 * p + 1] = (images[2 * p].int() + noise).clamp(0, 255).to(torch.uint8)
-    return TensorPairSet("toy", images, issame)
+    images, issame = noisy_pairs(num_pairs, seed)
+    return TensorPairSet("toy", torch.from_numpy(images).permute(0, 3, 1, 2).contiguous(), issame)
 
 
 def test_evaluate_pair_set_equals_functional_protocol():

@@ -6,34 +6,17 @@ import csv
 import json
 import subprocess
 import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
-from hydra import compose, initialize_config_dir
-from hydra.core.global_hydra import GlobalHydra
 from PIL import Image
 
+from conftest import ROOT, compose_eval
 from elasticface.data.pair_files import write_bin
 from elasticface.export import export_onnx, export_torchscript
+from helpers.face_pairs import noisy_pairs
 from helpers.pool_embedder import PoolEmbedder  # noqa: E402
-
-ROOT = Path(__file__).resolve().parents[1]
-
-
-def _pairs(num_pairs, seed):
-    """HWC uint8 faces: genuine pairs are noisy copies, impostors unrelated."""
-    rng = np.random.default_rng(seed)
-    images, issame = [], []
-    for p in range(num_pairs):
-        a = rng.integers(0, 256, (112, 112, 3), dtype=np.uint8)
-        same = p % 2 == 0
-        b = np.clip(a.astype(int) + rng.integers(-20, 21, a.shape), 0, 255).astype(np.uint8) if same else \
-            rng.integers(0, 256, (112, 112, 3), dtype=np.uint8)
-        images += [a, b]
-        issame.append(same)
-    return images, issame
 
 
 @pytest.fixture(scope="module")
@@ -42,10 +25,10 @@ def eval_data(tmp_path_factory):
     bins = root / "bins"
     bins.mkdir()
     for i, name in enumerate(["lfw", "cfp_fp"]):
-        write_bin(str(bins / f"{name}.bin"), *_pairs(20 + 3 * i, seed=i))
+        write_bin(str(bins / f"{name}.bin"), *noisy_pairs(20 + 3 * i, seed=i))
     folder = root / "folder"
     folder.mkdir()
-    images, issame = _pairs(12, seed=5)
+    images, issame = noisy_pairs(12, seed=5)
     lines = []
     for p, same in enumerate(issame):
         for k in range(2):
@@ -83,18 +66,12 @@ def test_eval_cli_end_to_end(eval_data, tmp_path):
     assert "lfw" in proc.stdout and "IJBC" in proc.stdout
 
 
-def _compose_eval(overrides):
-    GlobalHydra.instance().clear()
-    with initialize_config_dir(version_base="1.3", config_dir=str(ROOT / "configs")):
-        return compose(config_name="eval", overrides=overrides)
-
-
 def test_eval_onnx_matches_torchscript_in_process(eval_data, tmp_path):
     from elasticface.eval.run import evaluate
 
     base = [f"data.val_root={eval_data / 'bins'}", "data.val_sets=[lfw]", "device=cpu", "num_workers=0", "plots=false"]
-    a = evaluate(_compose_eval(base + [f"weights={eval_data / 'model.onnx'}"]), output_dir=str(tmp_path / "a"))
-    b = evaluate(_compose_eval(base + [f"weights={eval_data / 'model.pt'}", "allow_torchscript=true"]),
+    a = evaluate(compose_eval(base + [f"weights={eval_data / 'model.onnx'}"]), output_dir=str(tmp_path / "a"))
+    b = evaluate(compose_eval(base + [f"weights={eval_data / 'model.pt'}", "allow_torchscript=true"]),
                  output_dir=str(tmp_path / "b"))
     assert a[0]["acc"] == b[0]["acc"] and a[0]["xnorm"] == pytest.approx(b[0]["xnorm"], rel=1e-4)
 
@@ -103,7 +80,7 @@ def test_eval_without_sources_is_a_clear_error(tmp_path):
     from elasticface.eval.run import evaluate
 
     with pytest.raises(ValueError, match="nothing to evaluate"):
-        evaluate(_compose_eval(["weights=x.pt"]), output_dir=str(tmp_path))
+        evaluate(compose_eval(["weights=x.pt"]), output_dir=str(tmp_path))
 
 
 def _tiny_checkpoint(path):
@@ -152,7 +129,7 @@ def test_eval_and_export_from_checkpoint(eval_data, tmp_path):
 
     ckpt = str(tmp_path / "tiny.ckpt")
     module = _tiny_checkpoint(ckpt)
-    rows = evaluate(_compose_eval([f"weights={ckpt}", f"data.val_root={eval_data / 'bins'}", "data.val_sets=[lfw]",
+    rows = evaluate(compose_eval([f"weights={ckpt}", f"data.val_root={eval_data / 'bins'}", "data.val_sets=[lfw]",
                               "device=cpu", "num_workers=0", "plots=false"]), output_dir=str(tmp_path / "ckpt"))
     assert rows[0]["benchmark"] == "lfw" and 0.0 <= rows[0]["acc"] <= 1.0
     onnx_path = str(tmp_path / "tiny.onnx")

@@ -2,37 +2,25 @@
 
 from __future__ import annotations
 
-import io
 import os
 
 import numpy as np
 import pytest
 import torch
-from PIL import Image
 
 from elasticface.data.decode import CorruptImageError, DecodeStats, decode_image
 from elasticface.data.faults import DroppedRecord, FaultLedger, TooManyCorruptRecords
 from elasticface.data.folder import ImageFiles, ImageFolderFaces, folder_val_sets, list_images
-
-
-def save(path, arr: np.ndarray, fmt: str = "JPEG") -> None:
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    Image.fromarray(arr).save(path, format=fmt, **({"quality": 95} if fmt == "JPEG" else {}))
-
-
-def smooth(seed: int, size=(112, 112), grey=False) -> np.ndarray:
-    rng = np.random.default_rng(seed)
-    small = rng.integers(0, 256, (6, 6) if grey else (6, 6, 3), dtype=np.uint8)
-    return np.asarray(Image.fromarray(small).resize(size[::-1], Image.BILINEAR))
+from helpers.images import rgb_of, save_image, smooth_image
 
 
 @pytest.fixture
 def faces(tmp_path):
     root = tmp_path / "faces"
-    save(str(root / "bob" / "1.jpg"), smooth(1))
-    save(str(root / "bob" / "2.png"), smooth(2), "PNG")
-    save(str(root / "alice" / "a.jpg"), smooth(3, grey=True))       # grey
-    save(str(root / "carol" / "c.jpg"), smooth(4, size=(120, 100)))  # not 112x112
+    save_image(root / "bob" / "1.jpg", smooth_image(1))
+    save_image(root / "bob" / "2.png", smooth_image(2), "PNG")
+    save_image(root / "alice" / "a.jpg", smooth_image(3, grey=True))       # grey
+    save_image(root / "carol" / "c.jpg", smooth_image(4, size=(120, 100)))  # not 112x112
     (root / "carol" / "notes.txt").write_text("ignored")
     return root
 
@@ -47,7 +35,7 @@ def test_labels_follow_sorted_folder_names(faces):
     assert [y for _, y in items] == [0, 1, 1, 2]
     grey = items[0][0]
     assert torch.equal(grey[0], grey[1]) and torch.equal(grey[1], grey[2])
-    assert np.array_equal(items[2][0].permute(1, 2, 0).numpy(), smooth(2))  # PNG is lossless
+    assert np.array_equal(items[2][0].permute(1, 2, 0).numpy(), smooth_image(2))  # PNG is lossless
     assert ds.stats.resized == 1 and ds.stats.grey >= 1
 
 
@@ -82,7 +70,7 @@ def test_corrupt_image_skipped_then_limit(faces):
 
 def test_decoders(faces):
     data = (faces / "bob" / "1.jpg").read_bytes()
-    ref = np.asarray(Image.open(io.BytesIO(data)).convert("RGB")).transpose(2, 0, 1)
+    ref = rgb_of(data).transpose(2, 0, 1)
     assert np.array_equal(decode_image(data, "pil").numpy(), ref)
     assert np.abs(decode_image(data, "torchvision").numpy().astype(int) - ref).max() <= 3
     stats = DecodeStats()
@@ -108,7 +96,7 @@ def test_folder_val_sets(faces, tmp_path):
 
 def test_image_files_see_the_files_training_sees(faces):
     """One list of image extensions: what `eval.embed` embeds is what a folder dataset trains on."""
-    save(str(faces / "bob" / "3.tif"), smooth(5), "TIFF")
+    save_image(faces / "bob" / "3.tif", smooth_image(5), "TIFF")
     paths = list_images(str(faces))
     assert paths == sorted(os.path.relpath(p, faces) for p in ImageFolderFaces(str(faces)).paths)
     assert "bob/3.tif" in paths and "carol/notes.txt" not in paths

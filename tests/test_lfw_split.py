@@ -7,17 +7,15 @@ derived from what the test wrote, not from the code under test.
 
 from __future__ import annotations
 
-import io
 import pickle
 from pathlib import Path
 
-import numpy as np
 import pytest
 from hydra.utils import instantiate
-from PIL import Image
 
 from elasticface.cli.lfw_split import main
 from elasticface.data.lfw_split import read_lfw_pairs, split_lfw
+from helpers.images import smooth_jpeg
 from conftest import compose_train
 
 PEOPLE_PER_FOLD, IMAGES = 3, 3
@@ -25,13 +23,6 @@ PEOPLE_PER_FOLD, IMAGES = 3, 3
 
 def person(fold: int, k: int) -> str:
     return f"Person_F{fold}_{k}"
-
-
-def jpeg(seed: int, size: int = 112) -> bytes:
-    pixels = np.random.default_rng(seed).integers(0, 256, (size, size, 3), dtype=np.uint8)
-    buf = io.BytesIO()
-    Image.fromarray(pixels).save(buf, format="JPEG", quality=90)
-    return buf.getvalue()
 
 
 @pytest.fixture
@@ -45,7 +36,7 @@ def lfw(tmp_path: Path) -> tuple[Path, Path, list[tuple[str, str, bool]]]:
             (faces / name).mkdir(parents=True)
             for n in range(1, IMAGES + 1):
                 seed += 1
-                (faces / name / f"{name}_{n:04d}.jpg").write_bytes(jpeg(seed))
+                (faces / name / f"{name}_{n:04d}.jpg").write_bytes(smooth_jpeg(seed))
     lines, fold10 = ["10\t300"], []
     for fold in range(1, 11):
         for i in range(300):  # matched: name n1 n2
@@ -63,14 +54,14 @@ def lfw(tmp_path: Path) -> tuple[Path, Path, list[tuple[str, str, bool]]]:
 
 def test_split_trains_on_folds_1_to_9_and_verifies_on_fold_10s_600_pairs(lfw, tmp_path):
     faces, pairs, fold10 = lfw
-    (faces / person(2, 0) / "Person_F2_0_0099.jpg").write_bytes(jpeg(999))  # in no pair: still a training image
+    (faces / person(2, 0) / "Person_F2_0_0099.jpg").write_bytes(smooth_jpeg(999))  # in no pair: still a training image
     out = tmp_path / "split"
     report = split_lfw(faces, pairs, out)
 
     train_people = sorted(p.name for p in (out / "train").iterdir())
     assert train_people == sorted(person(f, k) for f in range(1, 10) for k in range(PEOPLE_PER_FOLD))
     assert not any(name.startswith("Person_F10_") for name in train_people), "identity-disjoint"
-    assert (out / "train" / person(2, 0) / "Person_F2_0_0099.jpg").read_bytes() == jpeg(999)
+    assert (out / "train" / person(2, 0) / "Person_F2_0_0099.jpg").read_bytes() == smooth_jpeg(999)
     assert report == {"train_identities": 27, "train_images": 27 * IMAGES + 1, "train_people_without_images": 0,
                       "train_people_in_test_fold": 0, "test_pairs": 600, "test_matched": 300}
 
@@ -120,7 +111,7 @@ def test_bad_pairs_txt_names_the_file_and_line(lfw, edit, message):
 def test_an_unaligned_or_missing_test_image_is_refused_naming_it(lfw, tmp_path):
     faces, pairs, fold10 = lfw
     first = faces / fold10[0][0]
-    first.write_bytes(jpeg(1, size=250))  # an unaligned LFW photo is 250x250
+    first.write_bytes(smooth_jpeg(1, size=250))  # an unaligned LFW photo is 250x250
     with pytest.raises(ValueError, match=rf"{first.name}: a 250x250 JPEG; expected a 112x112 aligned JPEG"):
         split_lfw(faces, pairs, tmp_path / "a")
     first.unlink()

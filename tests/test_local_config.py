@@ -6,9 +6,7 @@ import shutil
 import subprocess
 
 import yaml
-from conftest import ROOT
-from hydra import compose, initialize_config_dir
-from hydra.core.global_hydra import GlobalHydra
+from conftest import ROOT, compose_eval
 from hydra.utils import instantiate
 
 from elasticface.cli.compose import compose_train
@@ -41,7 +39,5 @@ def test_train_and_eval_compose_with_the_example(tmp_path):
     # under the default synthetic data the roots are unused and the datamodule still builds
     synthetic = compose_train(["debug=tiny", _local_dir(tmp_path / "c")], tmp_path)
     instantiate(synthetic.data)
-    GlobalHydra.instance().clear()
-    with initialize_config_dir(version_base="1.3", config_dir=str(ROOT / "configs")):
-        eval_cfg = compose(config_name="eval", overrides=[_local_dir(tmp_path / "d")])
+    eval_cfg = compose_eval([_local_dir(tmp_path / "d")])
     assert eval_cfg.data.val_root == values["data"]["val_root"]

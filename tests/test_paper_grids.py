@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
+import itertools
 import os
 import subprocess
 import sys
 
 import pytest
-from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
 from hydra.core.override_parser.overrides_parser import OverridesParser
 
 from conftest import ROOT, compose_train
@@ -21,11 +21,14 @@ TABLE2 = ([("CosFace", None, m, None) for m in (0.3, 0.35, 0.4)]
 
 
 def sweep_jobs(overrides: list[str]) -> list[list[str]]:
-    """The per-job overrides Hydra's basic sweeper makes of `python train.py -m <overrides>`."""
+    """The per-job overrides of `python train.py -m <overrides>` by Hydra's basic sweeper's documented rule:
+    the config's `hydra.sweeper.params`, then the command line's comma lists, every combination in that order."""
     cfg = compose_train([o for o in overrides if "," not in o])
-    params = [f"{k}={v}" for k, v in cfg.hydra.sweeper.params.items()]  # as BasicSweeper._parse_config
+    params = [f"{k}={v}" for k, v in cfg.hydra.sweeper.params.items()]
     parsed = OverridesParser.create().parse_overrides(params + [o for o in overrides if "," in o])
-    return [list(job) for batch in BasicSweeper.split_arguments(parsed, None) for job in batch]
+    choices = [[f"{o.get_key_element()}={v}" for v in o.sweep_string_iterator()] if o.is_sweep_override()
+               else [f"{o.get_key_element()}={o.get_value_element_as_str()}"] for o in parsed]
+    return [list(job) for job in itertools.product(*choices)]
 
 
 def job_row(overrides: list[str]) -> tuple:

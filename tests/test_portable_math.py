@@ -12,7 +12,7 @@ import math
 import numpy as np
 
 from elasticface.data.synthetic import portable_math as pm
-from elasticface.data.synthetic.render import _blur, _gaussian_weights, _superellipse_r
+from elasticface.data.synthetic.render import blur, gaussian_weights, superellipse_r
 
 
 def test_scalar_functions_match_libm():
@@ -44,21 +44,21 @@ def test_superellipse_and_blur_match_their_definitions():
     x, y = (rng.uniform(0.0, 1.5, 5000).astype(np.float32) for _ in range(2))
     for power in (1.5, 2.0, 3.2, 5.0):
         want = (x.astype(np.float64) ** power + y.astype(np.float64) ** power) ** (1.0 / power)
-        assert (np.abs(_superellipse_r(x, y, power) - want) / np.maximum(want, 1e-9)).max() < 2e-5, (
+        assert (np.abs(superellipse_r(x, y, power) - want) / np.maximum(want, 1e-9)).max() < 2e-5, (
             power
         )  # stated: 1e-5
     for sigma in (0.3, 0.7, 1.5):
-        w = _gaussian_weights(sigma).astype(np.float64)
+        w = gaussian_weights(sigma).astype(np.float64)
         assert len(w) == math.ceil(3 * sigma) + 1 and abs(w[0] + 2 * w[1:].sum() - 1.0) < 1e-6
         assert np.allclose(w / w[0], np.exp(-(np.arange(len(w)) ** 2) / (2 * sigma**2)), rtol=1e-6)
     img = np.zeros((3, 112, 112), dtype=np.float32)
     img[:, 50, 60] = 1.0
-    out = _blur(img, 1.0)
-    w = _gaussian_weights(1.0)
+    out = blur(img, 1.0)
+    w = gaussian_weights(1.0)
     assert np.allclose(out[0, 47:54, 57:64], np.outer(w[[3, 2, 1, 0, 1, 2, 3]], w[[3, 2, 1, 0, 1, 2, 3]]), atol=1e-7)
-    assert _blur(img, 0.2) is img  # below 0.3 px: no blur
+    assert blur(img, 0.2) is img  # below 0.3 px: no blur
     flat = np.full((3, 112, 112), 0.25, dtype=np.float32)
-    assert np.allclose(_blur(flat, 1.5), 0.25, atol=1e-6)  # edges extended: a flat image stays flat
+    assert np.allclose(blur(flat, 1.5), 0.25, atol=1e-6)  # edges extended: a flat image stays flat
 
 
 # What decides a synthetic pixel must have one answer on every machine (docs/portability.md): a static

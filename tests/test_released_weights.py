@@ -16,10 +16,9 @@ import numpy as np
 import pytest
 import timm
 import torch
-from hydra import compose, initialize_config_dir
-from hydra.core.global_hydra import GlobalHydra
 
 import elasticface.backbones as B
+from conftest import ROOT, compose_eval
 from elasticface.backbones.weights import (
     WeightsError,
     backbone_state_dict,
@@ -39,8 +38,6 @@ from helpers.insightface_layout import (  # noqa: E402
     mobilefacenet_layout,
     released_state_dict,
 )
-
-ROOT = Path(__file__).resolve().parents[1]
 
 
 def _meta(layout) -> dict[str, torch.Tensor]:
@@ -120,9 +117,7 @@ def test_eval_takes_a_state_dict_and_infers_tiny_or_uses_the_named_backbone(tmp_
 
 def test_eval_backbone_option_composes():
     """`python eval.py backbone=iresnet100` used to fail with "No match in the defaults list"."""
-    GlobalHydra.instance().clear()
-    with initialize_config_dir(version_base="1.3", config_dir=str(ROOT / "configs")):
-        cfg = compose(config_name="eval", overrides=["backbone=iresnet100", "weights=x.pth"])
+    cfg = compose_eval(["backbone=iresnet100", "weights=x.pth"])
     from elasticface.eval.run import backbone_option
 
     assert backbone_option(cfg) == {"_target_": "elasticface.backbones.build_backbone", "name": "iresnet100",
@@ -244,10 +239,8 @@ def test_eval_refuses_a_bad_file_before_reading_data(tmp_path):
 
     layout = iresnet_layout(embedding_size=32, se=True, **TINY)
     path = _save(tmp_path / "se.pth", released_state_dict(layout))
-    GlobalHydra.instance().clear()
-    with initialize_config_dir(version_base="1.3", config_dir=str(ROOT / "configs")):
-        cfg = compose(config_name="eval", overrides=["backbone=tiny", f"weights={path}",
-                                                     f"data.val_root={tmp_path / 'no_such_folder'}", "device=cpu"])
+    cfg = compose_eval(["backbone=tiny", f"weights={path}", f"data.val_root={tmp_path / 'no_such_folder'}",
+                        "device=cpu"])
     with pytest.raises(WeightsError, match=r"se\.pth: an ElasticFace SE=True model"):
         evaluate(cfg, output_dir=str(tmp_path / "out"))
 
@@ -321,11 +314,8 @@ def trained(tmp_path_factory):
 def _eval(weights: str, bins: Path, out: Path, *extra: str) -> list[dict]:
     from elasticface.eval.run import evaluate
 
-    GlobalHydra.instance().clear()
-    with initialize_config_dir(version_base="1.3", config_dir=str(ROOT / "configs")):
-        cfg = compose(config_name="eval", overrides=[f"weights={weights}", f"data.val_root={bins}",
-                                                     "data.val_sets=[lfw]", "device=cpu", "num_workers=0",
-                                                     "plots=false", *extra])
+    cfg = compose_eval([f"weights={weights}", f"data.val_root={bins}", "data.val_sets=[lfw]", "device=cpu",
+                        "num_workers=0", "plots=false", *extra])
     return evaluate(cfg, output_dir=str(out))
 
 

@@ -13,7 +13,6 @@ import sys
 import pytest
 import pytorch_lightning as pl
 import torch
-from torch.utils.data import Dataset
 
 from conftest import ROOT, TINY, compose_train
 from elasticface.callbacks.divergence import TrainingDiverged
@@ -23,8 +22,10 @@ from elasticface.data.pair_files import load_bin
 from elasticface.data.recordio_dataset import RecordIODataset
 from elasticface.training import build_module, build_trainer, run
 from elasticface.checkpointing.atomic_save import AtomicCheckpointIO, remove_stale_temporaries
+from helpers.face_datasets import ListFaces
 from helpers.nonfinite import nan_loss_at_step
-from helpers.recordio_files import ifqq, smooth_jpeg, whole, write_files
+from helpers.images import smooth_jpeg
+from helpers.recordio_files import ifqq, whole, write_files
 
 
 @pytest.fixture
@@ -66,11 +67,20 @@ def test_last_ckpt_is_the_final_state_and_summary_names_what_each_file_holds(tin
 
 
 def test_atomic_write_keeps_lightnings_fsspec_save_for_remote_paths(tmp_path, monkeypatch):
-    seen = []
-    monkeypatch.setattr("lightning_fabric.plugins.io.torch_io._atomic_save", lambda ckpt, path: seen.append(str(path)))
-    AtomicCheckpointIO().save_checkpoint({"step": 1}, "memory://bucket/run/last.ckpt")
-    assert seen == ["memory://bucket/run/last.ckpt"]
-    assert remove_stale_temporaries("memory://bucket/run") == []
+    import io
+
+    import fsspec
+
+    monkeypatch.chdir(tmp_path)  # a remote URL taken for a local path would land in ./memory:/...
+    run = f"memory://bucket/{tmp_path.name}/run"
+    AtomicCheckpointIO().save_checkpoint({"step": 1}, f"{run}/last.ckpt")
+    remote = fsspec.filesystem("memory")
+    try:
+        assert remote.ls(run, detail=False) == [f"/bucket/{tmp_path.name}/run/last.ckpt"]
+        assert torch.load(io.BytesIO(remote.cat(f"{run}/last.ckpt")), weights_only=True) == {"step": 1}
+        assert remove_stale_temporaries(run) == [] and list(tmp_path.iterdir()) == []
+    finally:
+        remote.rm(f"memory://bucket/{tmp_path.name}", recursive=True)
 
 
 # ------------------------------------------------------------------------------------------ divergence
@@ -157,24 +167,11 @@ def test_past_the_limit_the_error_names_the_file_and_first_bad_keys(tmp_path):
         ledger.add([item for item in (ds[i] for i in range(12)) if isinstance(item, DroppedRecord)])
 
 
-class MostlyUnreadable(Dataset):
-    """8 faces, 6 of them unreadable: shuffled batches of 4 keep 0, 1 or 2 images."""
-
-    num_classes = 2
-
-    def __len__(self) -> int:
-        return 8
-
-    def __getitem__(self, i: int):
-        if i not in (0, 5):
-            return DroppedRecord("mostly.rec", str(i), "unreadable")
-        return torch.full((3, 112, 112), 40 * i, dtype=torch.uint8), i % 2
-
-
 def test_batches_left_with_one_image_are_skipped_and_counted(tiny_cfg, tmp_path):
     cfg = tiny_cfg("trainer.max_epochs=3", "callbacks=none", "logger=csv")
-    dm = FaceDataModule(train_dataset=MostlyUnreadable, batch_size=4, num_workers=0, seed=cfg.seed)
-    dm.faults.max_corrupt = 100
+    # 8 faces, 6 of them unreadable: shuffled batches of 4 keep 0, 1 or 2 images
+    mostly_unreadable = ListFaces(8, num_classes=2, unreadable={1, 2, 3, 4, 6, 7}, max_corrupt=100)
+    dm = FaceDataModule(train_dataset=lambda: mostly_unreadable, batch_size=4, num_workers=0, seed=cfg.seed)
     dm.setup("fit")
     model = build_module(cfg, dm.num_classes)
     trainer, _ = build_trainer(cfg)

@@ -146,14 +146,20 @@ def test_variation_spread_makes_some_identities_vary_more():
 
 
 @pytest.mark.skipif("fork" not in multiprocessing.get_all_start_methods(), reason="needs fork")
-def test_forked_dataloader_workers_fill_one_shared_cache():
+def test_forked_dataloader_workers_fill_one_shared_cache(monkeypatch):
+    import elasticface.data.synthetic.dataset as dataset_module
+
     ds = SyntheticFaces(num_identities=2, images_per_identity=4)
     loader = DataLoader(ds, batch_size=4, num_workers=2, multiprocessing_context="fork")
     images = torch.cat([batch for batch, _ in loader])
     assert images.shape == (8, 3, 112, 112)
-    assert bool(ds._done.all())  # the workers' renders landed in the parent's cache
-    assert torch.equal(ds._cache, images)
     assert torch.equal(images[5], SyntheticFaces(2, 4, cache=False)[5][0])
+
+    def render_again(*args):
+        raise AssertionError("the parent rendered an image the workers had rendered: their cache is not shared")
+
+    monkeypatch.setattr(dataset_module, "render_face_chw", render_again)
+    assert torch.equal(torch.stack([ds[i][0] for i in range(len(ds))]), images)  # read from the workers' renders
 
 
 def test_pickled_copy_renders_on_the_fly():

@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import ROOT, TINY
+from conftest import ROOT, TINY, compose_eval
 
 # ------------------------------------------------------------------------------------------------ payloads
 
@@ -338,14 +338,10 @@ def test_torchscript_needs_the_explicit_option(tmp_path, monkeypatch):
         embed_main(["--weights", str(ts), "--images", str(faces), "--out", str(tmp_path / "e.npy"), "--device", "cpu"])
     assert loads == [] and not (tmp_path / "e.npy").exists()
     assert load_model_file(str(ts), "cpu", allow_torchscript=True) is not None and loads == [str(ts)]
-    from hydra import compose, initialize_config_dir
-    from hydra.core.global_hydra import GlobalHydra
 
     from elasticface.eval.run import evaluate
 
-    GlobalHydra.instance().clear()
-    with initialize_config_dir(version_base="1.3", config_dir=str(ROOT / "configs")):
-        cfg = compose(config_name="eval", overrides=[f"weights={ts}", f"data.val_root={tmp_path}", "device=cpu"])
+    cfg = compose_eval([f"weights={ts}", f"data.val_root={tmp_path}", "device=cpu"])
     with pytest.raises(TorchScriptRefused, match="allow_torchscript=true"):
         evaluate(cfg, output_dir=str(tmp_path / "eval"))
     assert loads == [str(ts)] and not (tmp_path / "eval" / "results.json").exists()
@@ -424,7 +420,8 @@ def test_truncated_and_non_image_bytes_are_corrupt():
 
 
 def test_recordio_and_folder_skip_and_count_a_bomb(tmp_path):
-    from helpers.recordio_files import ifqq, smooth_jpeg, whole, write_files
+    from helpers.images import smooth_jpeg
+    from helpers.recordio_files import ifqq, whole, write_files
 
     from elasticface.data.faults import DroppedRecord
     from elasticface.data.folder import ImageFolderFaces

@@ -1,29 +1,12 @@
-"""Hand-made insightface RecordIO files: JPEG payloads, framed records, .rec/.idx/property writers."""
+"""Hand-made insightface RecordIO files: framed records, IfQQ headers, .rec/.idx/property writers."""
 
 from __future__ import annotations
 
-import io
 import os
 import struct
 
-import numpy as np
-from PIL import Image
-
 MAGIC = 0xCED7230A
 MAGIC_B = struct.pack("<I", MAGIC)
-
-
-def smooth_jpeg(seed: int, size: int = 112, grey: bool = False, quality: int = 95) -> bytes:
-    rng = np.random.default_rng(seed)
-    small = rng.integers(0, 256, (8, 8, 1 if grey else 3), dtype=np.uint8)
-    img = Image.fromarray(small.squeeze(-1) if grey else small).resize((size, size), Image.BILINEAR)
-    buf = io.BytesIO()
-    img.save(buf, format="JPEG", quality=quality)
-    return buf.getvalue()
-
-
-def pil_rgb(data: bytes) -> np.ndarray:
-    return np.asarray(Image.open(io.BytesIO(data)).convert("RGB"))
 
 
 def whole(payload: bytes) -> bytes:

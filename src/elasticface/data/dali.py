@@ -53,11 +53,11 @@ def image_index(dataset: RecordIODataset, cache_dir: str | None = None) -> str:
 
 
 class DaliRecordIOLoader:
-    """Iterable over GPU batches from a RecordIO dataset; one shard per DDP rank."""
+    """Iterable over GPU batches from the training RecordIO dataset (already scanned); one shard per DDP rank."""
 
     def __init__(
         self,
-        root: str,
+        dataset: RecordIODataset,
         batch_size: int,
         num_threads: int = 4,
         device_id: int | None = None,
@@ -69,11 +69,14 @@ class DaliRecordIOLoader:
         seed: int = 0,
         cache_dir: str | None = None,
     ) -> None:
+        if not isinstance(dataset, RecordIODataset):
+            raise TypeError(f"data.decoder=dali reads insightface RecordIO (data=recordio); the training set is a "
+                            f"{type(dataset).__name__}: use data.decoder=torchvision")
         dali = require_dali()
         from nvidia.dali import fn, types
         from nvidia.dali.plugin.pytorch import DALIGenericIterator, LastBatchPolicy
 
-        self.dataset = RecordIODataset(root)
+        self.dataset = dataset
         self.num_classes = self.dataset.num_classes
         self.labels = self.dataset.labels
         device_id = torch.cuda.current_device() if device_id is None else device_id

@@ -19,9 +19,10 @@ from typing import Any
 
 import pytorch_lightning as pl
 import torch
-from torch.utils.data import DataLoader, Dataset, DistributedSampler, Sampler
+from torch.utils.data import DataLoader, DistributedSampler, Sampler
 from torchdata.stateful_dataloader import StatefulDataLoader
 
+from elasticface.data.face_dataset import FaceDataset, require_face_dataset
 from elasticface.data.faults import DroppedRecord, FaultLedger, too_small_to_train
 from elasticface.data.pairs import PairSet
 from elasticface.data.transforms import BatchAugment, normalize, random_hflip, resize
@@ -55,7 +56,8 @@ class FaceDataModule(pl.LightningDataModule):
     """Training faces + verification pair sets, built lazily from the factories the config gives.
 
     `train_dataset` and `val_sets` are zero-argument callables (Hydra `_partial_` nodes) so that building
-    the DataModule is cheap and worker processes never receive half-built state. `root`, `val_root`
+    the DataModule is cheap and worker processes never receive half-built state; the first returns a
+    `FaceDataset` (checked in `setup`). `root`, `val_root`
     and `decoder` are read by those factories through config interpolation and accepted here so one
     config node describes the data completely; `decoder=dali` swaps the training loader for DALI's.
     `image_size` resizes every batch (training and validation) on the device, e.g. 112 -> 56 for CPU runs.
@@ -63,7 +65,7 @@ class FaceDataModule(pl.LightningDataModule):
 
     def __init__(
         self,
-        train_dataset: Callable[[], Dataset],
+        train_dataset: Callable[[], FaceDataset],
         val_sets: Callable[[], dict[str, PairSet]] | None = None,
         batch_size: int = 128,
         val_batch_size: int = 256,
@@ -104,30 +106,29 @@ class FaceDataModule(pl.LightningDataModule):
         self.root = root
         self.decoder = decoder
         self.seed = int(seed)
-        self.train_set: Dataset | None = None
+        self.train_set: FaceDataset | None = None
         self.val_sets: dict[str, PairSet] = {}
         self.faults = FaultLedger()
 
     def setup(self, stage: str | None = None) -> None:
         if self.train_set is None and stage in (None, "fit"):
-            self.train_set = self.train_factory()
-            self.check_train_set(self.train_set)
-            self.faults.max_corrupt = int(getattr(self.train_set, "max_corrupt", self.faults.max_corrupt))
-            # records the dataset dropped while scanning its index count toward the same run-wide limit
-            source = str(getattr(self.train_set, "rec_path", ""))
-            self.faults.add([DroppedRecord(source, str(key), "dropped while scanning the index")
-                             for key in getattr(self.train_set, "corrupt_keys", [])])
+            dataset = require_face_dataset(self.train_factory())
+            self.check_train_set(dataset)
+            self.faults.max_corrupt = int(dataset.max_corrupt)
+            # records the dataset dropped while it was built count toward the same run-wide limit
+            self.faults.add(list(dataset.dropped_at_scan))
+            self.train_set = dataset
         if not self.val_sets and self.val_factory is not None:
             self.val_sets = dict(self.val_factory())
 
-    def check_train_set(self, dataset: Dataset) -> None:
+    def check_train_set(self, dataset: FaceDataset) -> None:
         size = len(dataset)
         if self.drop_last and self.batch_size > size:
             raise ValueError(
                 f"data.batch_size={self.batch_size} does not fit the data: the training set has only {size} images "
                 "(lower data.batch_size or set data.drop_last=false)"
             )
-        found = int(getattr(dataset, "num_classes"))
+        found = int(dataset.num_classes)
         if self.expected_num_classes is not None and self.expected_num_classes != found:
             raise ValueError(f"data.num_classes={self.expected_num_classes} but the training data has {found} classes")
 
@@ -135,7 +136,8 @@ class FaceDataModule(pl.LightningDataModule):
     def num_classes(self) -> int:
         if self.train_set is None:
             self.setup("fit")
-        return int(getattr(self.train_set, "num_classes"))
+        assert self.train_set is not None
+        return int(self.train_set.num_classes)
 
     def loader_kwargs(self) -> dict[str, Any]:
         return dict(num_workers=self.num_workers, pin_memory=self.pin_memory,
@@ -152,7 +154,7 @@ class FaceDataModule(pl.LightningDataModule):
         if self.decoder == "dali":
             from elasticface.data.dali import DaliRecordIOLoader
 
-            return DaliRecordIOLoader(self.root, self.batch_size, shard_id=rank, num_shards=world_size,
+            return DaliRecordIOLoader(self.train_set, self.batch_size, shard_id=rank, num_shards=world_size,
                                       hflip=self.hflip, normalize=True, seed=torch.initial_seed() % 2**31 + rank)
         if self.sampler_factory is not None:
             # identity-aware batches: the sampler shards across ranks itself (trainer.use_distributed_sampler=false)

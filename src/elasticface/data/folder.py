@@ -63,7 +63,7 @@ class ImageFolderFaces(Dataset):
 
     Any format PIL reads; grey becomes RGB; other sizes are resized and counted (`stats.resized`).
     An unreadable file yields a `DroppedRecord`; the training loop counts each once over the whole run and
-    stops past `max_corrupt`.
+    stops past `max_corrupt`. A `FaceDataset` (`elasticface.data.face_dataset`).
     """
 
     def __init__(
@@ -89,6 +89,7 @@ class ImageFolderFaces(Dataset):
         self.image_size = image_size
         self.stats = DecodeStats()
         self.corrupt_paths: list[str] = []  # distinct unreadable images met in this process
+        self.dropped_at_scan: tuple[DroppedRecord, ...] = ()  # the scan lists files, it decodes none
 
     @property
     def num_corrupt(self) -> int:

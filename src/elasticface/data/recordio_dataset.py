@@ -33,6 +33,7 @@ class RecordIODataset(Dataset):
     layout, or else from the record headers alone (24 bytes each, never the images). A record found bad
     while scanning is dropped and counted (more than `max_corrupt` raises); one that fails when read
     yields a `DroppedRecord`, which the training loop counts once per record over the whole run.
+    A `FaceDataset` (`elasticface.data.face_dataset`).
     """
 
     def __init__(
@@ -57,6 +58,7 @@ class RecordIODataset(Dataset):
         self.image_size = image_size
         self.stats = DecodeStats()
         self.corrupt_keys: list[int] = []  # distinct keys found bad in this process
+        self.dropped_at_scan: list[DroppedRecord] = []  # those found while scanning the index and headers
         self.records = IndexedRecordFile(self.rec_path, self.idx_path)
 
         self.layout, self.image_keys, labels, header_classes = self._scan()
@@ -189,6 +191,7 @@ class RecordIODataset(Dataset):
         if int(key) in self.corrupt_keys:
             return
         self.corrupt_keys.append(int(key))
+        self.dropped_at_scan.append(DroppedRecord(self.rec_path, str(key), f"{reason} (found scanning the index)"))
         log.warning("%s: skipping corrupt record key %d: %s (%d skipped in this process, limit %d)",
                     self.rec_path, key, reason, self.num_corrupt, self.max_corrupt)
         if self.num_corrupt > self.max_corrupt:

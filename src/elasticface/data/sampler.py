@@ -6,16 +6,17 @@ sets where plain shuffling rarely puts two images of a small identity in one bat
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 import numpy as np
 import torch.distributed as dist
 from torch.utils.data import Sampler
 
+from elasticface.data.face_dataset import FaceDataset
 
-def _labels_of(source) -> np.ndarray:
-    labels = getattr(source, "labels", source)
-    labels = np.asarray(labels, dtype=np.int64)
+
+def _labels_of(source: FaceDataset | Sequence[int] | np.ndarray) -> np.ndarray:
+    labels = np.asarray(source.labels if isinstance(source, FaceDataset) else source, dtype=np.int64)
     if labels.ndim != 1:
         raise ValueError(f"identity sampler needs a 1-D label array, got shape {labels.shape}")
     return labels
@@ -33,7 +34,7 @@ class IdentityBatchSampler(Sampler[list[int]]):
 
     def __init__(
         self,
-        dataset_or_labels,
+        dataset_or_labels: FaceDataset | Sequence[int] | np.ndarray,
         batch_size: int,
         images_per_identity: int = 4,
         num_replicas: int | None = None,
@@ -132,7 +133,7 @@ class IdentityBatchSampler(Sampler[list[int]]):
 
 
 def identity_sampler(
-    dataset,
+    dataset: FaceDataset,
     batch_size: int,
     images_per_identity: int = 4,
     seed: int = 0,

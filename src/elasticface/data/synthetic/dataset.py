@@ -10,6 +10,7 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
+from elasticface.data.faults import DroppedRecord
 from elasticface.data.synthetic.params import identity_params, identity_scale, variation_params
 from elasticface.data.synthetic.render import IMAGE_SIZE, render_face_chw
 
@@ -33,8 +34,12 @@ class SyntheticFaces(Dataset):
     anonymous shared mapping (len x 37.6 kB), so forked DataLoader workers fill one cache together;
     ``render_all()`` fills it eagerly. Items are views into the cache: do not modify them in place.
     With ``cache=False``, or in a pickled copy (spawn workers), every read renders again (same bytes:
-    rendering is deterministic, ~2 ms per image).
+    rendering is deterministic, ~2 ms per image). A `FaceDataset` (`elasticface.data.face_dataset`) that
+    never drops a record: every image is rendered, none is read from a file.
     """
+
+    max_corrupt = 0
+    dropped_at_scan: tuple[DroppedRecord, ...] = ()
 
     def __init__(
         self,

@@ -3,7 +3,9 @@
 Rendering is vectorised numpy at 112x112 directly: every part is a soft-edged mask evaluated on the
 pixels of its bounding box in the face's canonical coordinates (the image pixel grid mapped through the
 inverse pose transform), then alpha-blended onto a channel-first float canvas. :func:`render_face_chw`
-calls one function per part, back to front, then applies lighting, blur and noise.
+calls one function per part, back to front, then applies lighting, blur and noise. The shared shape and
+filter primitives are public, each checked against its definition: :func:`superellipse_r`,
+:func:`gaussian_weights` and :func:`blur`.
 
 The same bytes on every machine (docs/portability.md): nothing here may depend on
 which SIMD kernels numpy, torch or Pillow pick, nor on the platform's libm. So in this package
@@ -125,7 +127,7 @@ _SUPERELLIPSE_STEPS = 512
 _SUPERELLIPSE_TABLES: dict[float, tuple[np.ndarray, np.ndarray]] = {}
 
 
-def _superellipse_r(x: np.ndarray, y: np.ndarray, power: float) -> np.ndarray:
+def superellipse_r(x: np.ndarray, y: np.ndarray, power: float) -> np.ndarray:
     """(x^p + y^p)^(1/p) for x, y >= 0 (float32), as a * g(b / a) with a = max, b = min and
     g(t) = (1 + t^p)^(1/p) on [0, 1] interpolated linearly in a table built once per power
     (relative error below 1e-5, a thousandth of a pixel at the edge): a dozen numpy operations."""
@@ -167,7 +169,7 @@ def _ellipse(
     cv.blend(win, alpha, colour)
 
 
-def _gaussian_weights(sigma: float) -> np.ndarray:
+def gaussian_weights(sigma: float) -> np.ndarray:
     """Taps w[0..R] (R = ceil(3 sigma)) of a normalised 1-D Gaussian of standard deviation ``sigma`` px."""
     radius = max(int(math.ceil(3.0 * sigma)), 1)
     w = [exp(-(k * k) / (2.0 * sigma * sigma)) for k in range(radius + 1)]
@@ -177,7 +179,7 @@ def _gaussian_weights(sigma: float) -> np.ndarray:
     return np.array([t / total for t in w], dtype=np.float32)
 
 
-def _blur(img: np.ndarray, sigma: float) -> np.ndarray:
+def blur(img: np.ndarray, sigma: float) -> np.ndarray:
     """Gaussian blur (standard deviation ``sigma`` px) of a float [3, 112, 112] image, edges extended.
 
     Separable, symmetric taps summed in a fixed order with numpy's elementwise ``+``/``*`` (never a
@@ -185,7 +187,7 @@ def _blur(img: np.ndarray, sigma: float) -> np.ndarray:
     """
     if sigma < 0.3:
         return img
-    w = _gaussian_weights(sigma)
+    w = gaussian_weights(sigma)
     r = len(w) - 1
     p = np.pad(img, ((0, 0), (r, r), (r, r)), mode="edge")  # the padded rows blur into copies of the edge rows
     h = p[:, :, r : r + _N] * w[0]  # along x, on all padded rows
@@ -332,7 +334,7 @@ def _face(cv: _Canvas, p: dict[str, Any], v: dict[str, Any]) -> _FaceMask:
     rows = np.flatnonzero(below.any(axis=1))
     if rows.size:  # the superellipse (x^p + y^p)^(1/p) only on the rows that reach below the centre
         low = slice(int(rows[0]), None)
-        r_bot = _superellipse_r(dx[low], np.abs(dy_b[low]), jp)
+        r_bot = superellipse_r(dx[low], np.abs(dy_b[low]), jp)
         r[low] = np.where(below[low], r_bot, r[low])
     alpha = _edge((1.0 - r) * min(fw, fht, fhb), cv.px)
     shade = f32(1.0) - f32(0.18) * r * r + f32(v["face_shade"]) * U
@@ -505,7 +507,7 @@ def _glasses(cv: _Canvas, p: dict[str, Any], yaw: float) -> None:
             continue
         U, V = cv.coords(win)
         sx, sy = np.abs((U - f32(cx)) * f32(1.0 / grx)), np.abs((V - f32(ey)) * f32(1.0 / gry))
-        rr = _superellipse_r(sx, sy, gpow)
+        rr = superellipse_r(sx, sy, gpow)
         a = _edge(f32(th / 2) - np.abs(rr - f32(1.0)) * f32(min(grx, gry)), px)
         cv.blend(win, a, p["glasses_colour"])
     bx0, bx1 = centres[0] + gr * 0.95, centres[1] - gr * 0.95
@@ -531,7 +533,7 @@ def _lighting(img: np.ndarray, v: dict[str, Any]) -> None:
 def _degrade(img: np.ndarray, v: dict[str, Any]) -> np.ndarray:
     """Blur then pixel noise of the float image (clipped to [0, 1] first, as a camera would)."""
     np.clip(img, f32(0.0), f32(1.0), out=img)
-    img = _blur(img, v["blur"])
+    img = blur(img, v["blur"])
     if v["noise"] > 0:
         img = img + _noise_crop(v["noise_seed"]) * f32(v["noise"])
     return img
