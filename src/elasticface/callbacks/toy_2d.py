@@ -24,9 +24,15 @@ from elasticface.eval.toy_2d.results import write_toy_results
 
 
 class Toy2DGeometry(pl.Callback):
-    def __init__(self, output_dir: str, batch_size: int = 256) -> None:
+    """`image_size` as the data module resizes (data.image_size); `identity_variation` as the dataset rendered
+    it (data.train_dataset.identity_variation), for the spread per variation level."""
+
+    def __init__(self, output_dir: str, batch_size: int = 256, image_size: int | None = None,
+                 identity_variation: list[float] | None = None) -> None:
         self.output_dir = Path(output_dir)
         self.batch_size = batch_size
+        self.image_size = image_size
+        self.identity_variation = None if identity_variation is None else [float(v) for v in identity_variation]
 
     def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         num_centres, embedding_size = pl_module.centers.weight.shape
@@ -46,15 +52,12 @@ class Toy2DGeometry(pl.Callback):
         if not trainer.is_global_zero:
             return
         centres = pl_module.centers.weight.detach().float().cpu().numpy()
-        datamodule = trainer.datamodule
-        dataset = datamodule.train_set
-        embeddings, labels = self.embed(pl_module, dataset, getattr(datamodule, "image_size", None))
-        geometry = toy_geometry(embeddings, labels, centres, getattr(dataset, "identity_variation", None))
-        head = type(pl_module.head).__name__
-        if getattr(pl_module.head, "plus", False):
-            head += "+"
-        sigma = getattr(pl_module.head, "sigma", None)
-        title = f"{head} m={getattr(pl_module.head, 'm', '?')}" + (f" σ={sigma}" if sigma is not None else "")
+        embeddings, labels = self.embed(pl_module, trainer.datamodule.train_set, self.image_size)
+        geometry = toy_geometry(embeddings, labels, centres, self.identity_variation)
+        # the head as the config named it (head=elastic_arc_plus m=0.5 sigma=0.0175), not as a class
+        spec = pl_module.hparams["head"]
+        title = spec.get("name", spec["_target_"].rsplit(".", 1)[-1]) + "".join(
+            f" {k}={spec[k]}" for k in ("m", "sigma") if spec.get(k) is not None)
         write_toy_results(self.output_dir, embeddings, labels, centres, geometry, title)
         for logger in trainer.loggers:
             logger.log_metrics({"toy/gap_mean_abs_error_deg": geometry["gap_mean_abs_error_deg"],
