@@ -20,7 +20,7 @@ from elasticface.utils.threads import (
     choose_threads,
 )
 
-ROOT = Path(__file__).resolve().parents[1]
+from conftest import ROOT
 
 
 def _cgroup(tmp_path: Path, files: dict[str, str], own: str = "0::/\n") -> tuple[Path, Path]:
