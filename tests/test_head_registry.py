@@ -13,7 +13,7 @@ from omegaconf import OmegaConf
 from conftest import ROOT, compose_train
 
 from elasticface.cli.head_group import head_option
-from elasticface.cli.resolvers import register_resolvers
+from elasticface.cli.resolvers import config_group_options, register_resolvers
 from elasticface.heads.registry import HEADS, HeadEntry
 
 
@@ -150,6 +150,7 @@ def test_a_throw_away_head_is_one_file_and_one_registry_line(half_margin, tmp_pa
     assert type(head).__name__ == "HalfMargin" and (head.m, head.s) == (0.3, 30.0)
     assert build_head("half_margin").m == 0.4 and build_head("half_margin", m=None, s=10.0).s == 10.0
     assert "| `half_margin` | `s·(cos θ_y - m/2)` | m=0.4, s=30 | - | chunked |" in head_table().splitlines()
+    assert "half_margin" in config_group_options("head").removeprefix("head: ").split(", ")  # an eval-style --help
 
     g = torch.Generator().manual_seed(0)
     emb, weight = torch.randn(6, 8, generator=g), torch.randn(5, 8, generator=g)
