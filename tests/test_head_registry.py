@@ -3,6 +3,7 @@
 constructor has a default of its own. Adding a head is one file and one registry line (the last test)."""
 
 import inspect
+import os
 import subprocess
 import sys
 import textwrap
@@ -198,3 +199,31 @@ def test_a_throw_away_head_is_a_command_line_option_without_torch(tmp_path):
     assert cfg["model"]["head"] == {"_target_": "elasticface.heads.build_head", "name": "half_margin", "m": "${m}",
                                     "s": "${s}"}
     assert job.stdout.strip().endswith("torch imported: False")
+
+
+#: what the author of a head writes besides its file and registry line: its independent reference, and the
+#: measured fact of whether its chunked step is as fast as its dense one (the auto path's expectation)
+WRITTEN_PER_HEAD = ["tests/test_heads_oracle.py::test_loop_oracle_float64[half_margin]",
+                    "tests/test_classifier.py::test_auto_path_is_chunked_where_it_is_as_fast_as_dense[half_margin]"]
+
+
+def test_the_parametrised_tests_pick_up_a_throw_away_head(tmp_path):
+    """The tests over every head read the registry: with the throw-away head's file and registry line added before
+    collection (a pytest plugin), they run it without an edit and it passes them."""
+    (tmp_path / "half_margin.py").write_text(HALF_MARGIN)
+    (tmp_path / "half_margin_plugin.py").write_text(
+        f"from elasticface.heads.registry import HEADS, HeadEntry\nHEADS['half_margin'] = {HALF_MARGIN_ENTRY}\n")
+    files = ["tests/test_heads.py", "tests/test_classifier.py", "tests/test_configs.py", "tests/test_heads_oracle.py",
+             "tests/test_untrusted_files.py"]
+    deselect = [arg for test in WRITTEN_PER_HEAD for arg in ("--deselect", test)]
+    out = subprocess.run([sys.executable, "-m", "pytest", "-p", "half_margin_plugin", *files, "-k", "half_margin",
+                          *deselect, "-q", "-rA", "-p", "no:cacheprovider"], cwd=ROOT,
+                         capture_output=True, text=True, timeout=600,
+                         env={**os.environ, "PYTHONPATH": str(tmp_path), "PYTEST_ADDOPTS": ""})
+    assert out.returncode == 0, out.stdout[-4000:] + out.stderr[-2000:]
+    passed = {line.split()[1] for line in out.stdout.splitlines() if line.startswith("PASSED ")}
+    for test in ("tests/test_heads.py::test_contract[half_margin]",
+                 "tests/test_classifier.py::test_chunked_equals_dense_for_every_head[half_margin]",
+                 "tests/test_configs.py::test_every_head_config_builds_its_head[half_margin]",
+                 "tests/test_heads_oracle.py::test_gradcheck_interior[half_margin]"):
+        assert test in passed, (test, sorted(passed))
