@@ -32,12 +32,16 @@ def short_dirname(name: str, max_length: int = 120) -> str:
     return f"{name[: max_length - 9]}-{hashlib.sha1(name.encode()).hexdigest()[:8]}"
 
 
-def config_group_options(group: str) -> str:
-    """`group: a, b, c`, the options of a config group (a `--help` template's line): its YAML files and the options
-    registered in code (the head group), or a hint when it has none."""
-    registered = ConfigStore.instance().repo.get(group, {})
+def group_options(group: str) -> list[str]:
+    """The options of a config group: its YAML files and the options registered in code (the head group)."""
+    registered = {n for n in ConfigStore.instance().repo.get(group, {}) if n.endswith(".yaml")}
     files = {p.name for p in (config_dir() / group).glob("*.yaml")}
-    options = sorted(name.removesuffix(".yaml") for name in files | {n for n in registered if n.endswith(".yaml")})
+    return sorted(name.removesuffix(".yaml") for name in files | registered)
+
+
+def config_group_options(group: str) -> str:
+    """`group: a, b, c`, the options of a config group (a `--help` template's line), or a hint when it has none."""
+    options = group_options(group)
     if not options and (config_dir() / group / "default.yaml.example").exists():
         return f"{group}: none (cp configs/{group}/default.yaml.example configs/{group}/default.yaml)"
     return f"{group}: {', '.join(options) or 'none'}"
