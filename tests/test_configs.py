@@ -61,15 +61,17 @@ def test_every_head_config_builds_its_head(head):
 
 
 def test_a_head_yaml_of_the_users_own_is_an_option_beside_the_registrys(tmp_path):
-    """A preset in configs/head/ starts from a registry option and changes what it likes; the registry's options
-    stay there beside it."""
+    """The preset of docs/heads.md, as written there, in configs/head/: it starts from a registry option and changes
+    what it likes; the registry's options stay there beside it."""
     from hydra import compose, initialize_config_dir
 
+    section = (ROOT / "docs" / "heads.md").read_text().split("## Presets of your own")[1]
+    preset_yaml = section.split("```yaml\n")[1].split("```")[0]
+    assert "# configs/head/arcface_s32.yaml" in preset_yaml
     configs = tmp_path / "configs"
     shutil.copytree(CONFIG_DIR, configs, ignore=shutil.ignore_patterns("local"))
     (configs / "head").mkdir()
-    (configs / "head" / "arcface_s32.yaml").write_text(
-        "# @package _global_\ndefaults:\n  - arcface\n  - _self_\n\ns: 32.0\n")
+    (configs / "head" / "arcface_s32.yaml").write_text(preset_yaml)
     compose_train([])  # registers the resolvers and the head group, as the commands do
     GlobalHydra.instance().clear()
     with initialize_config_dir(version_base="1.3", config_dir=str(configs)):
