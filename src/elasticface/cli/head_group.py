@@ -4,7 +4,8 @@ as YAML, so that a head added to the registry is `head=<name>` with no config fi
 Each option is what a `# @package _global_` file would hold: the head's top-level `m`, `s`, `sigma` (only the
 ones it has) read from the registry by `${head_default:<name>,<key>}`, so a plain `sigma=0.02` overrides them,
 and `model.head` built through the registry from `${m}`, `${s}`, `${sigma}`. A YAML file in configs/head/
-(a preset of the user's own) is an option beside these, and one with a registry name takes its place.
+(a preset of the user's own) is an option beside these; one named like a registry entry would be merged onto
+that entry's option (Hydra's deprecated schema matching, with a warning), so presets take names of their own.
 """
 
 from __future__ import annotations
