@@ -17,9 +17,11 @@ from pathlib import Path
 
 import pytest
 
+from hydra.core.config_store import ConfigStore
 from omegaconf import OmegaConf
 
 from conftest import CONFIG_DIR, ROOT, compose_train
+from elasticface.cli.resolvers import group_options
 from elasticface.training import run
 
 #: groups whose options are Hydra internals rather than user choices
@@ -40,10 +42,10 @@ NEEDS_PHOTOS = {"lfw_fold10": ["data.root={base}/data/lfw_split"]}
 
 
 def options() -> list[tuple[str, str]]:
-    found = []
-    for group in sorted(p for p in Path(CONFIG_DIR).iterdir() if p.is_dir() and p.name not in INTERNAL):
-        found += [(group.name, f.stem) for f in sorted(group.glob("*.yaml"))]
-    return found
+    """Every (group, option): the folders of configs/ and the groups registered in code (head, from the registry)."""
+    registered = {g for g, v in ConfigStore.instance().repo.items() if isinstance(v, dict)}
+    groups = {p.name for p in Path(CONFIG_DIR).iterdir() if p.is_dir()} | registered
+    return [(group, option) for group in sorted(groups - INTERNAL - {"hydra"}) for option in group_options(group)]
 
 
 #: what the fast suite runs: the groups users tripped on (debug modes, data, model), the GPU and cluster

@@ -1,17 +1,21 @@
 """The config tree behaves as DESIGN.md says: head defaults, plain overrides, every option composes."""
 
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import torch
+from hydra.core.global_hydra import GlobalHydra
 from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
 from conftest import CONFIG_DIR, ROOT, compose_train
 
-HEADS = sorted(p.stem for p in Path(CONFIG_DIR, "head").glob("*.yaml"))
+from elasticface.heads.registry import head_names
+
+HEADS = head_names()  # the head group's options: one per registry entry
 EXPERIMENTS = sorted(p.stem for p in Path(CONFIG_DIR, "experiment").glob("*.yaml"))
 PAPER = {
     "elastic_arc": (0.5, 64.0, 0.05),
@@ -54,6 +58,30 @@ def test_every_head_config_builds_its_head(head):
     logits = module.train()(cos, labels, norms)
     assert logits.shape == (4, 5) and torch.isfinite(logits).all()
     assert module.eval()(cos).shape == (4, 5)
+
+
+def test_a_head_yaml_of_the_users_own_is_an_option_beside_the_registrys(tmp_path):
+    """The preset of docs/heads.md, as written there, in configs/head/: it starts from a registry option and changes
+    what it likes; the registry's options stay there beside it."""
+    from hydra import compose, initialize_config_dir
+
+    section = (ROOT / "docs" / "heads.md").read_text().split("## Presets of your own")[1]
+    preset_yaml = section.split("```yaml\n")[1].split("```")[0]
+    assert "# configs/head/arcface_s32.yaml" in preset_yaml
+    configs = tmp_path / "configs"
+    shutil.copytree(CONFIG_DIR, configs, ignore=shutil.ignore_patterns("local"))
+    (configs / "head").mkdir()
+    (configs / "head" / "arcface_s32.yaml").write_text(preset_yaml)
+    compose_train([])  # registers the resolvers and the head group, as the commands do
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(version_base="1.3", config_dir=str(configs)):
+        preset = compose(config_name="train", overrides=["head=arcface_s32", "m=0.45"])
+        registry = compose(config_name="train", overrides=["head=cosface"])
+    GlobalHydra.instance().clear()
+    assert (preset.m, preset.s, preset.sigma, preset.model.head.name) == (0.45, 32.0, None, "arcface")
+    head = instantiate(preset.model.head)
+    assert type(head).__name__ == "ArcFace" and (head.m, head.s) == (0.45, 32.0)
+    assert (registry.m, registry.s, registry.model.head.name) == (0.35, 64.0, "cosface")
 
 
 @pytest.mark.parametrize("experiment", EXPERIMENTS)

@@ -59,11 +59,18 @@ def _public_callables(namespace: ModuleType, keep: Any) -> dict[str, Any]:
     return {n: v for n, v in vars(namespace).items() if not n.startswith("_") and callable(v) and keep(v)}
 
 
+def _lazy_exports(namespace: ModuleType) -> dict[str, Any]:
+    """The names a package exports on first use (PEP 562 `__getattr__`, as elasticface.heads does)."""
+    if not hasattr(namespace, "__getattr__"):
+        return {}
+    return {n: getattr(namespace, n) for n in getattr(namespace, "__all__", ())}
+
+
 @functools.lru_cache(maxsize=1)
 def allowed_targets() -> frozenset[str]:
     """Every dotted name a file's ``_target_`` may use: each allowed object under its defining module and
     under each of the package namespaces that export it."""
-    head_objects = {entry.cls for entry in heads_registry.HEADS.values()} | {heads.SubCenter}
+    head_objects = {entry.load() for entry in heads_registry.HEADS.values()} | {heads.SubCenter}
     head_objects |= {v for n, v in vars(heads_registry).items() if n.startswith("build_") and callable(v)}
     allowed_objects = [
         *head_objects,
@@ -81,7 +88,8 @@ def allowed_targets() -> frozenset[str]:
     names = {f"{o.__module__}.{o.__qualname__}" for o in allowed_objects}
     for namespace in (heads, heads_registry, backbones, backbones_build, classifier, schedulers, timm, timm.models,
                       torch.optim, torch.optim.lr_scheduler):
-        names |= {f"{namespace.__name__}.{n}" for n, v in vars(namespace).items() if id(v) in ids}
+        members = vars(namespace) | _lazy_exports(namespace)
+        names |= {f"{namespace.__name__}.{n}" for n, v in members.items() if id(v) in ids}
     return frozenset(names)
 
 

@@ -1,4 +1,5 @@
-"""The config resolvers the commands register before Hydra composes (`${cwd:}`, `${run_name:}`, ...).
+"""What the commands register before Hydra composes: the config resolvers (`${cwd:}`, `${run_name:}`, ...)
+and the `head` group's options, one per registry entry (cli/head_group.py).
 
 They live with the commands because the config tree is the commands' input: the library below never
 composes a config, so it never needs them.
@@ -9,8 +10,10 @@ from __future__ import annotations
 import hashlib
 import os
 
+from hydra.core.config_store import ConfigStore
 from omegaconf import OmegaConf
 
+from elasticface.cli.head_group import register_head_group
 from elasticface.utils.config import config_dir
 
 from elasticface.loggers.run_names import current_sweep_group, group_choice, run_name, run_tags
@@ -29,9 +32,16 @@ def short_dirname(name: str, max_length: int = 120) -> str:
     return f"{name[: max_length - 9]}-{hashlib.sha1(name.encode()).hexdigest()[:8]}"
 
 
+def group_options(group: str) -> list[str]:
+    """The options of a config group: its YAML files and the options registered in code (the head group)."""
+    registered = {n for n in ConfigStore.instance().repo.get(group, {}) if n.endswith(".yaml")}
+    files = {p.name for p in (config_dir() / group).glob("*.yaml")}
+    return sorted(name.removesuffix(".yaml") for name in files | registered)
+
+
 def config_group_options(group: str) -> str:
     """`group: a, b, c`, the options of a config group (a `--help` template's line), or a hint when it has none."""
-    options = sorted(p.stem for p in (config_dir() / group).glob("*.yaml"))
+    options = group_options(group)
     if not options and (config_dir() / group / "default.yaml.example").exists():
         return f"{group}: none (cp configs/{group}/default.yaml.example configs/{group}/default.yaml)"
     return f"{group}: {', '.join(options) or 'none'}"
@@ -50,7 +60,9 @@ def head_default(name: str, key: str) -> float | None:
 
 
 def register_resolvers() -> None:
-    """Register every resolver configs/ uses; a second call changes nothing."""
+    """Register every resolver configs/ uses, and the head group's options from the registry: everything the config
+    tree needs from code before Hydra composes it. A second call changes nothing (the head group is made again)."""
+    register_head_group()
     resolvers = {
         "wandb_mode": wandb_mode,
         "short_dirname": short_dirname,

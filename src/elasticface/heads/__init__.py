@@ -3,29 +3,8 @@
 Every head subclasses :class:`MarginHead` and states its rule once, as a plan (plan.py): the target
 logit of rows with a label >= 0 (curriculum / mis-classified-vector / circle heads also map the
 negatives), in fp32 (float64 stays float64) even under autocast. ``build_head(name, **kwargs)``
-builds one by name from the registry (registry.py), the one home of every head's defaults, which
-``configs/head/<name>.yaml`` reads. The user-facing table: docs/heads.md.
-
-=================  ===============================================  ============  ========
-name               target logit                                      guard         gradient
-=================  ===============================================  ============  ========
-softmax            raw ``W·x`` (``normalized = False``)             -             -
-normface           ``s·cos θ``                                       -             -
-cosface            ``s·(cos θ - m)``                                 none (n/a)    exact
-arcface            ``s·cos(θ + m)``                                  thmm          exact
-sphereface         ``s·(λ cos θ + ψ(θ))/(1 + λ)``, ψ with m1 = m      continuous    exact
-combined           ``s·(cos(m1 θ + m2) - m3)``                       continuous    exact
-elastic_arc(_plus) ``s·cos(θ + m_i)``, m_i ~ N(m, σ)                 thmm          exact
-elastic_cos(_plus) ``s·(cos θ - m_i)``                               none (n/a)    exact
-adacos             ``s_t·cos θ`` (fixed or dynamic s)                -             -
-curricularface     ``s·cos(θ + m)``, hard negatives ``cos(t + cos)``  thmm          exact
-magface            ``s·cos(θ + m(‖x‖))`` + g-regulariser             thmm          exact
-adaface            ``s·(cos(θ - m ẑ) - m - m ẑ)``                    clip          exact
-li_arcface         ``s·(π - 2(θ + m))/π``                           - (linear)    exact
-mv_softmax         AM/Arc target, hard negatives ``(t+1)cos + t``    thmm          exact
-circle             ``s·α_p(cos θ - 1 + m)``, ``s·α_n(cos θ_j - m)``  -             -
-subcenter_<name>   any of the above on max-over-K sub-centre cosines
-=================  ===============================================  ============  ========
+builds one by name from the registry (registry.py), the one home of every head's defaults and the
+one list of the ``head=<name>`` options; the table of the heads, generated from it: docs/heads.md.
 
 Why these defaults: ``thmm`` is what insightface and pytorch-metric-learning ship for additive
 angular margins and keeps the target monotone in θ; the Elastic heads share ArcFace's so that
@@ -33,46 +12,43 @@ angular margins and keeps the target monotone in θ; the Elastic heads share Arc
 SphereFace's own ψ and the only guard monotone for every m1. ``clip`` is AdaFace's. ``exact``
 gradients are what the ArcFace, ElasticFace, MagFace and AdaFace papers' code backpropagate;
 ``straight_through`` (current insightface) is a constructor switch away.
+
+The classes are imported on first use (``from elasticface.heads import ArcFace`` works as usual): the
+registry and the names of the heads read without torch, for the commands' ``--help``.
 """
 
 from __future__ import annotations
 
-from .adacos import AdaCos
-from .adaface import AdaFace
-from .base import MarginHead
-from .circle import Circle
-from .curricularface import CurricularFace
-from .elastic import ElasticArcFace, ElasticCosFace
-from .li_arcface import LiArcFace
-from .magface import MagFace
-from .margin import ArcFace, CombinedMargin, CosFace, SphereFace
-from .mv_softmax import MVSoftmax
-from .plan import HeadInputs, HeadPlan
-from .softmax import NormFace, Softmax
-from .subcenter import SubCenter
+import importlib
+from typing import Any
 
-from .registry import build_head, head_names
+from .registry import HEADS, build_head, head_names
 
-__all__ = [
-    "AdaCos",
-    "AdaFace",
-    "ArcFace",
-    "Circle",
-    "CombinedMargin",
-    "CosFace",
-    "CurricularFace",
-    "ElasticArcFace",
-    "ElasticCosFace",
-    "HeadInputs",
-    "HeadPlan",
-    "LiArcFace",
-    "MVSoftmax",
-    "MagFace",
-    "MarginHead",
-    "NormFace",
-    "Softmax",
-    "SphereFace",
-    "SubCenter",
-    "build_head",
-    "head_names",
-]
+#: the contract's own names and the module each lives in
+_CONTRACT = {"MarginHead": ".base", "HeadInputs": ".plan", "HeadPlan": ".plan", "SubCenter": ".subcenter"}
+
+
+def _lazy_names() -> dict[str, str]:
+    """Every exported class and its module: the contract's, and each registry entry's of this package."""
+    names = dict(_CONTRACT)
+    for entry in HEADS.values():
+        module, _, name = entry.cls.partition(":")
+        if module.startswith("."):
+            names[name] = module
+    return names
+
+
+def __getattr__(name: str) -> Any:
+    module = _lazy_names().get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module, __name__), name)
+    globals()[name] = value  # imported once
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_lazy_names()))
+
+
+__all__ = ["build_head", "head_names", *sorted(_lazy_names())]

@@ -1,0 +1,44 @@
+"""The table of the heads in docs/heads.md, generated from the registry so that a new entry is listed with its
+defaults as written there (the docs build fills it in: docs/hooks/heads_table.py)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .registry import HEADS, SUBCENTER_K, build_head
+
+HEADER = (
+    "| name | target logit (non-target) | top-level defaults | other arguments | auto path |\n"
+    "| --- | --- | --- | --- | --- |"
+)
+#: what `build_head` does for a sub-centre name without an entry of its own
+SUBCENTER_ROW = (
+    f"| `subcenter_<name>` | any head above on the max over K sub-centres per class | as `<name>` | k={SUBCENTER_K} "
+    "| as `<name>` |"
+)
+
+
+def _value(value: Any) -> str:
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, float):
+        return f"{value:g}"
+    return str(value)
+
+
+def _arguments(values: dict[str, Any]) -> str:
+    """`k=v, ...` of the set values (an unset argument, None, is left out), or `-`."""
+    return ", ".join(f"{k}={_value(v)}" for k, v in values.items() if v is not None) or "-"
+
+
+def head_table() -> str:
+    """One Markdown row per registry entry, in the registry's order: its formula, its top-level defaults, its
+    other arguments and the path `model.classifier.path=auto` takes once the classes fill more than one chunk."""
+    rows = [HEADER]
+    for name, entry in HEADS.items():
+        path = "chunked" if build_head(name).chunked_by_default else "dense"
+        rows.append(
+            f"| `{name}` | {entry.about or '-'} | {_arguments(entry.top_level())} | {_arguments(entry.args)} | {path} |"
+        )
+    rows.append(SUBCENTER_ROW)
+    return "\n".join(rows)
