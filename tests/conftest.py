@@ -15,7 +15,7 @@ from hydra.core.global_hydra import GlobalHydra
 from omegaconf import DictConfig
 
 from elasticface.cli.compose import compose_train  # noqa: F401  (the tests import it from here)
-from elasticface.cli.resolvers import register_resolvers
+from elasticface.cli.resolvers import register_config_code
 from elasticface.utils.threads import ThreadChoice, choose_threads
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -23,7 +23,7 @@ CONFIG_DIR = str(ROOT / "configs")
 
 os.environ.setdefault("WANDB_MODE", "offline")
 os.environ.setdefault("WANDB_SILENT", "true")
-register_resolvers()
+register_config_code()
 
 # Small enough that a full fit (train + verification) takes seconds on 2 CPU cores.
 TINY = ["debug=tiny"]

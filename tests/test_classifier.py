@@ -226,9 +226,29 @@ def test_unknown_path_is_refused():
 
 # the heads whose chunked step measured at most 1.05x the dense step (docs/class_layer.md): non-target
 # logits s * cos. The others run autograd per chunk (or a second pass: dynamic AdaCos) and stay dense under auto.
-AUTO_CHUNKED = {"adacos_fixed", "adaface", "arcface", "combined", "cosface", "elastic_arc", "elastic_arc_plus",
-                "elastic_cos", "elastic_cos_plus", "magface", "normface", "softmax", "sphereface",
-                "subcenter_arcface", "subcenter_cosface", "subcenter_elastic_arc_plus"}
+MEASURED_AUTO_CHUNKED = {"adacos_fixed", "adaface", "arcface", "combined", "cosface", "elastic_arc",
+                         "elastic_arc_plus", "elastic_cos", "elastic_cos_plus", "magface", "normface", "softmax",
+                         "sphereface", "subcenter_arcface", "subcenter_cosface", "subcenter_elastic_arc_plus"}
+MEASURED = MEASURED_AUTO_CHUNKED | {"adacos", "circle", "curricularface", "li_arcface", "mv_softmax"}
+
+
+def _plan_is_fast_chunked(name: str) -> bool:
+    """The rule behind those measurements, read from a head's plan: non-target logits `scale * cos` (the plan
+    sets `scale`) and no extra pass over the classes (it never asks for the non-target log-sum-exp)."""
+    asked = []
+    cos_y = torch.rand(B) * 2 - 1
+
+    def lse(fn, scale):
+        asked.append(scale)
+        return torch.zeros(B)
+
+    plan = _build(name).plan(cos_y.requires_grad_(), torch.ones(B, dtype=torch.bool), torch.rand(B) * 20 + 5,
+                             num_columns=C, nontarget_lse=lse)
+    return plan.scale is not None and not asked
+
+
+def test_the_measured_heads_follow_the_rule():
+    assert {n for n in MEASURED if _plan_is_fast_chunked(n)} == MEASURED_AUTO_CHUNKED
 
 
 @pytest.mark.parametrize("name", head_names())
@@ -236,7 +256,7 @@ def test_auto_path_is_chunked_where_it_is_as_fast_as_dense(name):
     head = _build(name)
     k = getattr(head, "centers_per_class", 1)
     layer = FullFC(D, C, centers_per_class=k)
-    assert Classifier(layer, copy.deepcopy(head), chunk_size=C - 1).chunked == (name in AUTO_CHUNKED)
+    assert Classifier(layer, copy.deepcopy(head), chunk_size=C - 1).chunked == _plan_is_fast_chunked(name)
     assert Classifier(layer, copy.deepcopy(head), chunk_size=C - 1, path="chunked").chunked  # on request: all
     assert not Classifier(layer, copy.deepcopy(head)).chunked  # all classes in one chunk: dense, no recomputation
     assert not Classifier(layer, copy.deepcopy(head), chunk_size=C).chunked

@@ -14,7 +14,7 @@ from omegaconf import OmegaConf
 from conftest import ROOT, compose_train
 
 from elasticface.cli.head_group import head_option
-from elasticface.cli.resolvers import config_group_options, register_resolvers
+from elasticface.cli.resolvers import config_group_options, register_config_code
 from elasticface.heads.registry import HEADS, HeadEntry
 
 
@@ -129,7 +129,7 @@ def half_margin(tmp_path, monkeypatch):
     monkeypatch.setitem(HEADS, "half_margin", eval(HALF_MARGIN_ENTRY))
     yield tmp_path
     monkeypatch.undo()
-    register_resolvers()
+    register_config_code()
 
 
 def test_a_throw_away_head_is_one_file_and_one_registry_line(half_margin, tmp_path):

@@ -436,9 +436,9 @@ def test_hydra_override_of_sigma_reaches_the_head(tmp_path):
     from hydra import compose, initialize_config_dir
     from hydra.utils import instantiate
 
-    from elasticface.cli.resolvers import register_resolvers
+    from elasticface.cli.resolvers import register_config_code
 
-    register_resolvers()
+    register_config_code()
     (tmp_path / "primary.yaml").write_text(
         "defaults:\n  - _self_\n  - head: elastic_arc\n"
         "m: 0.5\ns: 64.0\nsigma: 0.05\nseed: 42\n"

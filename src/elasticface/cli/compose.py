@@ -10,13 +10,13 @@ from hydra.core.global_hydra import GlobalHydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, open_dict
 
-from elasticface.cli.resolvers import register_resolvers
+from elasticface.cli.resolvers import register_config_code
 from elasticface.utils.config import config_dir
 
 
 def compose_train(overrides: list[str], output_dir: Path | str | None = None) -> DictConfig:
     """The training config for `overrides`; with `output_dir`, Hydra's runtime points there (outputs, checkpoints)."""
-    register_resolvers()
+    register_config_code()
     GlobalHydra.instance().clear()
     with initialize_config_dir(version_base="1.3", config_dir=str(config_dir())):
         cfg = compose(config_name="train", overrides=overrides, return_hydra_config=True)

@@ -9,10 +9,10 @@ import hydra
 from omegaconf import DictConfig
 
 from elasticface.cli.preflight import one_line_errors, start
-from elasticface.cli.resolvers import register_resolvers
+from elasticface.cli.resolvers import register_config_code
 from elasticface.utils.config import config_dir
 
-register_resolvers()  # before Hydra composes: the configs use ${cwd:}
+register_config_code()  # before Hydra composes: resolvers (${cwd:}, ...) and the head group
 
 
 @hydra.main(version_base="1.3", config_path=str(config_dir()), config_name="eval")

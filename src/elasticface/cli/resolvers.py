@@ -59,9 +59,9 @@ def head_default(name: str, key: str) -> float | None:
     return getattr(head_entry(name), key)
 
 
-def register_resolvers() -> None:
-    """Register every resolver configs/ uses, and the head group's options from the registry: everything the config
-    tree needs from code before Hydra composes it. A second call changes nothing (the head group is made again)."""
+def register_config_code() -> None:
+    """What the config tree needs from code before Hydra composes it: every resolver configs/ uses and the head
+    group's options (from the registry). A second call changes nothing (the head group is made again)."""
     register_head_group()
     resolvers = {
         "wandb_mode": wandb_mode,
