@@ -27,7 +27,7 @@ from elasticface.utils.lightning_private import attached_trainer, should_update_
 from elasticface.utils.speed import check_compile_setting, compile_available, compile_in_place, should_compile
 from elasticface.untrusted import build_from_checkpoint
 
-def _plain(cfg: Any) -> Any:
+def _as_container(cfg: Any) -> Any:
     return OmegaConf.to_container(cfg, resolve=True) if isinstance(cfg, DictConfig) else cfg
 
 
@@ -60,7 +60,7 @@ class FaceRecognitionModule(pl.LightningModule):
                 or not backbone_lr_scale >= 0:
             raise ValueError(f"model.backbone_lr_scale={backbone_lr_scale!r}: expected a number >= 0")
         backbone, head, centers, optimizer, scheduler, classifier = map(
-            _plain, (backbone, head, centers, optimizer, scheduler, classifier))
+            _as_container, (backbone, head, centers, optimizer, scheduler, classifier))
         self.save_hyperparameters(logger=False)  # train.py logs the whole resolved config instead
         self.backbone: nn.Module = instantiate(backbone)
         head_module = instantiate(head)
