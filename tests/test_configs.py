@@ -70,7 +70,7 @@ def test_a_head_yaml_of_the_users_own_is_an_option_beside_the_registrys(tmp_path
     assert "# configs/head/arcface_s32.yaml" in preset_yaml
     configs = tmp_path / "configs"
     shutil.copytree(CONFIG_DIR, configs, ignore=shutil.ignore_patterns("local"))
-    (configs / "head").mkdir()
+    (configs / "head").mkdir(exist_ok=True)
     (configs / "head" / "arcface_s32.yaml").write_text(preset_yaml)
     compose_train([])  # registers the resolvers and the head group, as the commands do
     GlobalHydra.instance().clear()
