@@ -55,6 +55,10 @@ def _test_threads() -> ThreadChoice:
 
 
 TEST_THREADS = _test_threads()
+# from the start, not only per test: session- and module-scoped fixtures run before `_same_start_for_every_test`,
+# and a reference run they start must use the thread count of the runs it is compared with (bit for bit)
+os.environ["OMP_NUM_THREADS"] = str(TEST_THREADS.threads)
+torch.set_num_threads(TEST_THREADS.threads)
 
 
 def pytest_report_header(config) -> str:
