@@ -24,8 +24,8 @@ from conftest import CONFIG_DIR, ROOT, compose_train
 from elasticface.cli.resolvers import group_options
 from elasticface.training import run
 
-#: groups whose options are Hydra internals rather than user choices
-INTERNAL = {"hydra", "paths", "extras", "local"}
+#: groups whose options are Hydra internals rather than user choices (`_shared`: the bases other options compose)
+INTERNAL = {"hydra", "paths", "extras", "local", "_shared"}
 #: options that need hardware or a scheduler we do not have: composed only
 CFG_ONLY = {("trainer", "gpu"), ("trainer", "ddp"), ("launcher", "slurm")}
 #: experiments that are the paper's GPU recipes

@@ -217,7 +217,7 @@ def released_backbone(tmp_path_factory) -> Path:
 #: of one face), insightface-format landmarks, a released backbone file and its ONNX export, each with the
 #: thresholds eval.py stored beside it. Given to the commands that name the photos (not to an export that
 #: writes its own model.onnx)
-PHOTO_FILES = ("photos/", "a.jpg")
+PHOTO_FILES = ("photos/", "a.jpg", "model.pt")  # "model.pt" also matches model.pth
 
 
 @pytest.fixture(scope="session")
@@ -225,7 +225,8 @@ def user_photos(user_files, tmp_path_factory) -> Path:
     """A folder holding `photos/` (a real face photo, skimage's astronaut, as JPEG), `a.jpg` and `b.jpg` (that
     photo and a shifted, scaled crop of it), `pts.txt` (the photos' 5 points as insightface's text format, from
     the detector the align command runs), `model.pth` (a mobilefacenet state_dict in insightface's layout,
-    written from its description) and `model.onnx` (`elasticface-export` of it), each with the
+    written from its description), `model.onnx` and `model.pt` (`elasticface-export` of it to ONNX and to
+    TorchScript), the first two with the
     `<weights>.thresholds.json` that `python eval.py weights=... data.val_root=...` writes beside it."""
     import torch
     from PIL import Image
@@ -258,9 +259,11 @@ def user_photos(user_files, tmp_path_factory) -> Path:
     state["features.layers.2.weight"] *= 10.0 / scale
     torch.save(state, base / "model.pth")
     scripts = Path(sys.executable).parent
-    export = subprocess.run([str(scripts / "elasticface-export"), "--weights", "model.pth", "--out", "model.onnx"],
-                            cwd=base, capture_output=True, text=True, timeout=600)
-    assert export.returncode == 0, export.stdout[-2000:] + export.stderr[-3000:]
+    for out in ("model.onnx", "model.pt"):
+        export = subprocess.run([str(scripts / "elasticface-export"), "--weights", "model.pth", "--out", out,
+                                 "--format", "torchscript" if out.endswith(".pt") else "onnx"],
+                                cwd=base, capture_output=True, text=True, timeout=600)
+        assert export.returncode == 0, export.stdout[-2000:] + export.stderr[-3000:]
     env = {**os.environ, "WANDB_MODE": "offline"}
     for weights in ("model.pth", "model.onnx"):
         out = subprocess.run([sys.executable, str(ROOT / "eval.py"), f"weights={weights}",
@@ -273,7 +276,7 @@ def user_photos(user_files, tmp_path_factory) -> Path:
 
 def add_user_photos(base: Path, workdir: Path) -> None:
     shutil.copytree(base / "photos", workdir / "photos")
-    for name in ("a.jpg", "b.jpg", "pts.txt", "model.pth", "model.onnx", "model.pth.thresholds.json",
+    for name in ("a.jpg", "b.jpg", "pts.txt", "model.pth", "model.onnx", "model.pt", "model.pth.thresholds.json",
                  "model.onnx.thresholds.json"):
         shutil.copy(base / name, workdir / name)
 
