@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-from elasticface.eval.embedding_loop import embed_dataset, pixel_baseline
+from elasticface.data.faults import DroppedRecord
+from elasticface.eval.baselines import pixel_baseline
+from elasticface.eval.embedding_loop import embed_dataset
 from elasticface.metrics.verification import VerificationAccuracy
 
 
@@ -46,3 +49,31 @@ def test_embed_dataset_keeps_order_and_restores_train_mode():
     assert torch.equal(idx, torch.arange(40))
     torch.testing.assert_close(emb, x.flatten(1) + x.flip(-1).flatten(1))  # eval mode: no dropout
     assert model.training
+
+
+def test_eigenfaces_are_the_protocol_on_an_independent_pca():
+    """Eigenfaces: grey faces pooled 2x2, centred on the training mean, projected on the top principal axes
+    (numpy's SVD here, not the code's eigendecomposition), scored by the same protocol."""
+    from elasticface.eval.baselines import eigenface_baseline, fit_eigenfaces
+
+    pairs = Pairs()
+    gen = torch.Generator().manual_seed(1)
+    train = [(torch.randint(0, 256, (3, 8, 8), generator=gen).to(torch.uint8), i) for i in range(50)]
+    train_x = np.stack([t.numpy().astype(np.float64) for t, _ in train]) / 127.5 - 1.0
+    pooled = train_x.mean(1).reshape(50, 4, 2, 4, 2).mean((2, 4)).reshape(50, 16)
+    mean = pooled.mean(0)
+    _, _, vt = np.linalg.svd(pooled - mean, full_matrices=False)
+    k = 6
+    x = (pairs.images.numpy().astype(np.float64) / 127.5 - 1.0).mean(1).reshape(40, 4, 2, 4, 2).mean((2, 4))
+    projected = (x.reshape(40, 16) - mean) @ vt[:k].T
+    metric = VerificationAccuracy(pairs.issame)
+    metric.update(torch.from_numpy(projected).float(), torch.arange(len(pairs)))
+    expected = float(metric.compute()["acc"])
+
+    model = fit_eigenfaces(train, components=k)
+    ours = model(((pairs.images.float() / 127.5) - 1.0)).double().numpy()
+    # the same subspace: each axis equal up to its sign
+    np.testing.assert_allclose(np.abs(ours), np.abs(projected), atol=1e-4)
+    assert eigenface_baseline(train, pairs, components=k) == expected
+    # unreadable records (DroppedRecord items) are skipped by the fit, not decoded
+    assert fit_eigenfaces([*train, DroppedRecord("root", "bad.jpg", "corrupt")], components=k).components.shape == (16, k)

@@ -80,3 +80,29 @@ def test_sweep_demo_runs_the_grid_and_the_report_ranks_it(tmp_path):
     rows = [line for line in out.stdout.splitlines() if line.startswith(("| ArcFace", "| ElasticFace"))]
     assert len(rows) == 11 and sum("★" in r for r in rows) >= 3
     assert (sweep / "report.csv").exists() and (sweep / "report_acc_vs_sigma.png").exists()
+
+
+# The LFW fold-10 benchmark (issue: real faces): 7 heads at their paper defaults (registry values written out
+# from REFERENCE.md's paper defaults and the classic heads' papers) plus ElasticFace-Arc compiled, 5 seeds.
+LFW_ROWS = {
+    "softmax": ("Softmax", None, None, "false"), "arcface": ("ArcFace", 0.5, None, "false"),
+    "cosface": ("CosFace", 0.35, None, "false"), "elastic_arc": ("ElasticArcFace", 0.5, 0.05, "false"),
+    "elastic_arc_plus": ("ElasticArcFace", 0.5, 0.0175, "false"), "elastic_cos": ("ElasticCosFace", 0.35, 0.05, "false"),
+    "elastic_cos_plus": ("ElasticCosFace", 0.35, 0.025, "false"), "elastic_arc_compiled": ("ElasticArcFace", 0.5, 0.05, "cpu"),
+}
+
+
+def test_lfw_fold10_benchmark_is_forty_jobs_seed_by_seed():
+    jobs = sweep_jobs(["hparams_search=lfw_fold10", "data.root=/data/lfw_split"])
+    assert len(jobs) == 40
+    assert [j[0] for j in jobs[:8]] == ["seed=1"] * 8  # every row at seed 1 first: a partial sweep is paired
+    assert {j[1].split("=")[1] for j in jobs} == set(LFW_ROWS)
+    for job in jobs[:8]:
+        cfg = compose_train(["hparams_search=lfw_fold10", "data.root=/data/lfw_split", *job])
+        from hydra.utils import instantiate
+
+        head = instantiate(cfg.model.head)
+        row = LFW_ROWS[job[1].split("=")[1]]
+        assert (type(head).__name__, cfg.m, cfg.sigma, str(cfg.model.compile).lower()) == row, job
+        assert cfg.task_name == "lfw_fold10" and cfg.eigenface_baseline and cfg.seed == 1
+        assert cfg.model.backbone.img_size == cfg.data.image_size == 56

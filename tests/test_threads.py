@@ -107,6 +107,18 @@ def test_ddp_processes_share_the_node(tmp_path):
     assert processes_per_node(cfg.trainer) == 3
 
 
+def test_parallel_sweep_jobs_share_the_node(tmp_path):
+    """launcher=joblib runs 2 jobs at once: each takes half the cores, DDP processes on top divide further."""
+    from conftest import compose_train
+    from elasticface.training import processes_sharing_cores
+
+    assert processes_sharing_cores(compose_train(["debug=tiny"], tmp_path)) == 1
+    assert processes_sharing_cores(compose_train(["debug=tiny", "launcher=joblib"], tmp_path)) == 2
+    cfg = compose_train(["debug=tiny", "launcher=joblib", "parallel_jobs=3", "trainer=ddp_cpu"], tmp_path)
+    assert processes_sharing_cores(cfg) == 6
+    assert choose_threads("auto", processes=processes_sharing_cores(cfg), cores=12, environ={}).threads == 2
+
+
 def test_train_command_refuses_zero_threads_before_reading_data(tmp_path):
     """What the user types: `python train.py trainer.threads=0` stops at once, naming the key."""
     env = {k: v for k, v in os.environ.items() if k != "OMP_NUM_THREADS"}

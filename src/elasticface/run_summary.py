@@ -6,7 +6,7 @@ import logging
 from typing import Any
 
 import pytorch_lightning as pl
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from elasticface.callbacks.divergence import nonfinite_weights
 from elasticface.callbacks.throughput import Throughput
@@ -18,7 +18,9 @@ log = logging.getLogger(__name__)
 
 
 def make_summary(cfg: DictConfig, trainer: pl.Trainer, model: FaceRecognitionModule, baselines: dict[str, float],
-                 train_seconds: float, throughput: Throughput, params: dict[str, Any]) -> dict[str, Any]:
+                 train_seconds: float, throughput: Throughput, params: dict[str, Any],
+                 eigenfaces: dict[str, float] | None = None) -> dict[str, Any]:
+    """`baselines`: raw-pixel accuracy per set; `eigenfaces`: the eigenface baseline's, when the run scored it."""
     metrics = {k: float(v) for k, v in trainer.callback_metrics.items() if k.startswith("val/")}
     best = float(model.best_acc_mean)
     finite = not nonfinite_weights(model)
@@ -34,6 +36,8 @@ def make_summary(cfg: DictConfig, trainer: pl.Trainer, model: FaceRecognitionMod
         "val/sets": {name: metrics.get(f"val/{name}/acc") for name in model.val_metrics},
         "baseline/pixel_acc": (sum(baselines.values()) / len(baselines)) if baselines else None,
         "baseline/pixel_acc_per_set": baselines,
+        "baseline/eigenface_acc": (sum(eigenfaces.values()) / len(eigenfaces)) if eigenfaces else None,
+        "baseline/eigenface_acc_per_set": eigenfaces or {},
         "train_seconds": train_seconds,
         "images_per_second": throughput.images_per_second,
         "global_step": trainer.global_step,
@@ -41,6 +45,7 @@ def make_summary(cfg: DictConfig, trainer: pl.Trainer, model: FaceRecognitionMod
         "head": group_choice(cfg, "head"),
         "backbone": group_choice(cfg, "backbone"),
         "data": group_choice(cfg, "data"),
+        "compile": OmegaConf.select(cfg, "model.compile", default=False),
         "choices": {k[len("choice/"):]: v for k, v in params.items() if k.startswith("choice/")},
         "weights_finite": finite,
         # last_checkpoint holds step `global_step`; best_checkpoint the weights that scored best_checkpoint_acc
@@ -68,7 +73,9 @@ def format_summary(summary: dict[str, Any]) -> str:
     ]
     for name, value in summary["val/sets"].items():
         base = summary["baseline/pixel_acc_per_set"].get(name)
-        lines.append(f"   {name:<16} model {pct(value):>8}   raw-pixel baseline {pct(base):>8}")
+        eigen = summary.get("baseline/eigenface_acc_per_set", {}).get(name)
+        lines.append(f"   {name:<16} model {pct(value):>8}   raw-pixel baseline {pct(base):>8}"
+                     + (f"   eigenfaces {pct(eigen):>8}" if eigen is not None else ""))
     lines.append(f"   {'mean':<16} model {pct(acc['final']):>8}   (best {pct(acc['best'])})   "
                  f"baseline {pct(summary['baseline/pixel_acc'])}")
     if acc["final"] is not None and summary["baseline/pixel_acc"] is not None:

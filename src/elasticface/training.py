@@ -24,7 +24,7 @@ from elasticface.checkpointing.atomic_save import AtomicCheckpointIO
 from elasticface.checkpointing.loader_resume import ResumeLoaderState
 from elasticface.checkpointing.preemption import Preemption
 from elasticface.data.datamodule import FaceDataModule
-from elasticface.eval.embedding_loop import pixel_baseline
+from elasticface.eval.baselines import eigenface_baseline, pixel_baseline
 from elasticface.module import FaceRecognitionModule
 from elasticface.run_summary import format_summary, make_summary
 from elasticface.utils.config import flatten, group_choices, validate_top_level
@@ -85,9 +85,15 @@ def processes_per_node(trainer_cfg: DictConfig) -> int:
     return max(1, int(devices))
 
 
+def processes_sharing_cores(cfg: DictConfig) -> int:
+    """This node's training processes (DDP) times the sweep jobs running beside this one (`parallel_jobs`,
+    which launcher=joblib sets): together they share the node's cores."""
+    return processes_per_node(cfg.trainer) * int(cfg.get("parallel_jobs") or 1)
+
+
 def set_threads(cfg: DictConfig) -> int:
     """`trainer.threads` (auto, or a count) applied before anything is built; logs one line with the choice."""
-    choice = choose_threads(cfg.trainer.get("threads", "auto"), processes=processes_per_node(cfg.trainer))
+    choice = choose_threads(cfg.trainer.get("threads", "auto"), processes=processes_sharing_cores(cfg))
     apply_threads(choice)
     return choice.threads
 
@@ -172,9 +178,11 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     for logger in trainer.loggers:
         logger.log_hyperparams(params)
 
-    baselines = {}
+    baselines, eigenfaces = {}, {}
     if cfg.get("pixel_baseline"):
         baselines = {name: pixel_baseline(pairs) for name, pairs in datamodule.val_sets.items()}
+    if cfg.get("eigenface_baseline") and datamodule.val_sets:
+        eigenfaces = {name: eigenface_baseline(datamodule.train_set, pairs) for name, pairs in datamodule.val_sets.items()}
 
     started = time.perf_counter()
     trainer.fit(model, datamodule=datamodule, ckpt_path=ckpt_path)
@@ -188,7 +196,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
         trainer.validate(model, datamodule=datamodule, verbose=False)
     train_seconds = time.perf_counter() - started
 
-    summary = make_summary(cfg, trainer, model, baselines, train_seconds, throughput, params)
+    summary = make_summary(cfg, trainer, model, baselines, train_seconds, throughput, params, eigenfaces)
     summary["weights"] = weights  # the file the backbone started from, with its SHA-256 (None: random init)
     if trainer.is_global_zero:
         (output_dir / "summary.json").write_text(json.dumps(summary, indent=2, default=str))

@@ -70,7 +70,7 @@ def build_backbone(
     name: str,
     embedding_size: int = 512,
     dropout: float = 0.0,
-    img_size: int = 112,
+    img_size: int | None = 112,
     embedding_shift: bool = True,
     **timm_kwargs: Any,
 ) -> nn.Module:
@@ -81,7 +81,7 @@ def build_backbone(
         embedding_size: size of the face embedding.
         dropout: face backbones: their own output-block dropout; other models: the neck's dropout.
         img_size: input side length, passed to models whose constructor takes it (ViTs: 112 with
-            patch 16 gives 7x7 tokens).
+            patch 16 gives 7x7 tokens); None is 112, the aligned faces' own size (``data.image_size: null``).
         embedding_shift: train the shift of the embedding's final BatchNorm1d, as insightface does.
             ``False`` holds it at zero, so the embeddings stay centred on the origin: in a 2-D embedding
             (the toy example) a learned shift moves the whole cloud off the origin, where every class
@@ -99,6 +99,7 @@ def build_backbone(
             "class centres live in model.centers"
         )
     timm_kwargs.pop("num_classes", None)
+    img_size = 112 if img_size is None else img_size
     _check_known(name)
     if is_face_backbone(name):
         model = timm.create_model(

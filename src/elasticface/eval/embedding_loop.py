@@ -1,7 +1,7 @@
 """The one loop that embeds a dataset: training normalisation, the protocol's flip fusion, eval mode.
 
-Every evaluation goes through it: the verification sets, IJB-B/C, a folder of faces, and the raw-pixel
-baseline of a training run (the same evaluation with `flatten` as the model).
+Every evaluation goes through it: the verification sets, IJB-B/C, a folder of faces, and a training run's
+baselines (eval/baselines.py: raw pixels and eigenfaces as the model).
 """
 
 from __future__ import annotations
@@ -75,9 +75,3 @@ def evaluate_pair_set(
     metric.update(emb, idx)
     result = {k: float(v) for k, v in metric.compute().items()}
     return result, metric.roc_data()
-
-
-def pixel_baseline(pairs: Any, batch_size: int = 512) -> float:
-    """Verification accuracy of raw pixels as embeddings (cosine similarity), same 10-fold protocol, no flip."""
-    result, _ = evaluate_pair_set(nn.Flatten(), pairs, batch_size=batch_size, flip=False, device="cpu")
-    return result["acc"]

@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from elasticface.report.borda import borda
+from elasticface.report.seeds import seed_table
 from elasticface.report.sweep import Sweep
 
 # Display names and the order of the paper's tables; other heads follow alphabetically.
@@ -26,7 +27,7 @@ FAMILY_NAMES = {
     "elastic_cos_plus": "ElasticFace-Cos+",
 }
 # Besides (head, m, sigma), what else makes two jobs different configurations (shown only when it varies).
-EXTRA_KEYS = ("s", "backbone", "data")
+EXTRA_KEYS = ("s", "backbone", "data", "compile")
 
 
 @dataclass
@@ -39,6 +40,7 @@ class Row:
     extra: dict[str, Any]
     seeds: list[Any] = field(default_factory=list)
     runs: list[dict[str, float]] = field(default_factory=list)  # per seed: benchmark -> accuracy (fraction)
+    summaries: list[dict[str, Any]] = field(default_factory=list)  # per seed: the job's summary.json
     borda: dict[str, int] = field(default_factory=dict)
     borda_sum: int = 0
     rank: int = 0
@@ -71,7 +73,8 @@ class Row:
             parts.append(f"m={self.m:g}")
         if self.sigma is not None:
             parts.append(f"σ={self.sigma:g}")
-        parts += [f"{k}={self.extra[k]}" for k in varying]
+        # compile is a speed setting: named where it is on, silent where off
+        parts += [f"{k}={self.extra[k]}" for k in varying if k != "compile" or self.extra[k] not in (None, False)]
         return " ".join(parts)
 
 
@@ -114,6 +117,7 @@ def build_report(sweep: Sweep) -> Report:
         row = rows.setdefault(key, Row(s["head"], s["m"], s["sigma"], extra))
         row.seeds.append(s["seed"])
         row.runs.append({b: float(s["val/sets"][b]) for b in benchmarks})
+        row.summaries.append(s)
 
     ordered: list[Row] = []
     notes: list[str] = []
@@ -179,6 +183,8 @@ def to_markdown(report: Report) -> str:
             lines.append("| " + " | ".join(cells) + " |")
     else:
         lines.append("No finished job yet (no summary.json).")
+    if any(len(r.runs) > 1 for r in report.rows):
+        lines += ["", "By seed:", ""] + seed_table(report.rows, report.varying)
     if report.notes:
         lines += ["", "Not distinguishable by the seeds:"] + [f"- {n}" for n in report.notes]
     if report.unfinished:

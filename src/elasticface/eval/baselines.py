@@ -1,0 +1,77 @@
+"""What a model must beat on the same pairs: raw pixels and eigenfaces, scored by the verification protocol.
+
+Both embed with the protocol's own loop (training normalisation, no flip) and score with the same 10 folds,
+so a model's gain over them is measured on exactly its own pairs. Eigenfaces (Turk and Pentland, 1991) are
+the classic learned baseline: the principal components of grey training faces, fitted on the training set,
+never on the pairs.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+from torch.nn import functional as F
+
+from elasticface.data import transforms
+from elasticface.data.faults import DroppedRecord
+from elasticface.eval.embedding_loop import evaluate_pair_set
+
+EIGENFACE_COMPONENTS = 128  # principal components kept
+EIGENFACE_POOL = 2  # grey faces average-pooled by this factor before the PCA (112 -> 56: 3,136 pixels)
+EIGENFACE_MAX_IMAGES = 20_000  # training faces the PCA is fitted on, evenly spaced over the set
+
+
+def pixel_baseline(pairs: Any, batch_size: int = 512) -> float:
+    """Verification accuracy of raw pixels as embeddings (cosine similarity), same 10-fold protocol, no flip."""
+    result, _ = evaluate_pair_set(nn.Flatten(), pairs, batch_size=batch_size, flip=False, device="cpu")
+    return result["acc"]
+
+
+def grey_pooled(x: Tensor, pool: int = EIGENFACE_POOL) -> Tensor:
+    """Normalised RGB faces [B, 3, H, W] -> flattened grey faces pooled by `pool` [B, H*W/pool²]."""
+    grey = x.mean(1, keepdim=True)
+    return F.avg_pool2d(grey, pool).flatten(1) if pool > 1 else grey.flatten(1)
+
+
+class Eigenfaces(nn.Module):
+    """Projection of grey pooled faces onto the training set's top principal components."""
+
+    def __init__(self, mean: Tensor, components: Tensor, pool: int = EIGENFACE_POOL) -> None:
+        super().__init__()
+        self.register_buffer("mean", mean)
+        self.register_buffer("components", components)  # [pixels, k], orthonormal columns
+        self.pool = pool
+
+    def forward(self, x: Tensor) -> Tensor:
+        return (grey_pooled(x, self.pool) - self.mean) @ self.components
+
+
+@torch.no_grad()
+def fit_eigenfaces(train_set: Any, components: int = EIGENFACE_COMPONENTS, pool: int = EIGENFACE_POOL,
+                   max_images: int = EIGENFACE_MAX_IMAGES) -> Eigenfaces:
+    """PCA of up to `max_images` training faces (items `(uint8 [3, H, W], label)`, evenly spaced), in float64."""
+    n = len(train_set)
+    if n < 2:
+        raise ValueError(f"eigenfaces need at least 2 training images, the training set has {n}")
+    step = max(1, n // max_images)
+    rows = []
+    for i in range(0, n, step):
+        item = train_set[i]
+        if isinstance(item, DroppedRecord):  # unreadable: the training set counts it, the PCA skips it
+            continue
+        rows.append(grey_pooled(transforms.normalize(item[0][None]), pool)[0].double())
+    data = torch.stack(rows)
+    mean = data.mean(0)
+    covariance = (data - mean).T @ (data - mean) / (len(rows) - 1)
+    _, vectors = torch.linalg.eigh(covariance)  # ascending eigenvalues
+    k = min(components, vectors.shape[1])
+    return Eigenfaces(mean.float(), vectors[:, -k:].flip(1).float().contiguous(), pool)
+
+
+def eigenface_baseline(train_set: Any, pairs: Any, components: int = EIGENFACE_COMPONENTS, batch_size: int = 512) -> float:
+    """Verification accuracy of eigenfaces fitted on `train_set`, on `pairs` (cosine similarity, no flip)."""
+    model = fit_eigenfaces(train_set, components)
+    result, _ = evaluate_pair_set(model, pairs, batch_size=batch_size, flip=False, device="cpu")
+    return result["acc"]
