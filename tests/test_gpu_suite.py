@@ -1,0 +1,88 @@
+"""benchmarks/gpu_suite.sh, issue 39's one-call GPU measurement, runs on the CPU at tiny sizes so it cannot rot.
+
+The command is docs/speed.md's own (`--device cpu`), read from the page; `--json` is added to read its figures.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import subprocess
+import sys
+
+import pytest
+from conftest import ROOT
+
+SCRIPT = ROOT / "benchmarks" / "gpu_suite.sh"
+DOCS = ROOT / "docs" / "speed.md"
+TINY = ["--device", "cpu", "--backbones", "tiny", "--batches", "8", "--full-classes", "16", "--warmup", "1"]
+
+
+def suite(args: list[str], tmp_path) -> tuple[subprocess.CompletedProcess, dict]:
+    out = tmp_path / "suite.json"
+    env = {**os.environ, "PYTHON": sys.executable, "WANDB_MODE": "offline"}
+    proc = subprocess.run(["bash", str(SCRIPT), *args, "--json", str(out)], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=300, env=env)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return proc, json.loads(out.read_text())
+
+
+def docs_cpu_command() -> list[str]:
+    (line,) = [m for m in re.findall(r"^bash benchmarks/gpu_suite\.sh .*$", DOCS.read_text(), re.M)
+               if "--device cpu" in m]
+    return shlex.split(line)[2:]
+
+
+def test_the_documented_cpu_run_prints_every_part(tmp_path):
+    proc, result = suite(docs_cpu_command(), tmp_path)
+    text = proc.stdout
+    assert re.search(r"device CPU .*torch .*commit ", text.splitlines()[0]), text[:500]
+    assert "arcface_torch: not given" in text
+    rows = result["rows"]
+    assert [(r["backbone"], r["class_layer"]) for r in rows] == [("tiny", "full 16"), ("tiny", "pfc 0.1 64")]
+    for r in rows:
+        assert r["template"]["images_per_s"] > 0 and r["template"]["flops_per_step"] > 0
+        assert r["template"]["mfu"] == "unknown peak"  # a CPU has no bf16 peak in the table
+        assert r["arcface_torch"] is None and r["ratio"] is None
+    speed = {r["setting"]: r for r in result["speed"]}
+    assert set(speed) == {"channels_last", "cudnn.benchmark", "fused optimizer", "no host syncs"}
+    assert "model.compile    measured on the GPU only" in text
+    # independent of any tolerance: the optimizer acts after step 0's loss, so both sides' first losses are the same
+    # bits; logging reads values and computes nothing, so every loss of the host-sync pair is the same bits
+    assert speed["fused optimizer"]["losses_on"][0] == speed["fused optimizer"]["losses_off"][0]
+    assert speed["no host syncs"]["losses_on"] == speed["no host syncs"]["losses_off"]
+    assert all(r["on"] > 0 and r["off"] > 0 for r in speed.values())
+    pipe = result["pipeline"]
+    assert pipe["cpu_images_per_s"] > 0 and pipe["gpu_images_per_s"] is None and pipe["gpu_note"] == "no GPU"
+    assert pipe["model_images_per_s"] == max(r["template"]["images_per_s"] for r in rows)
+    assert re.search(r"CPU, 1 loader workers: [\d,.]+ images/s = [\d.]+x the fastest template row", text)
+
+
+def test_a_wrong_arcface_torch_path_is_one_line_and_the_template_rows_still_run(tmp_path):
+    wrong = tmp_path / "not_insightface"
+    wrong.mkdir()
+    proc, result = suite([*TINY, "--pfc-classes", "0", "--steps", "1", "--parts", "steps",
+                          "--arcface-torch", str(wrong)], tmp_path)
+    named = [line for line in proc.stdout.splitlines() if str(wrong) in line]
+    assert len(named) == 1 and named[0].startswith("arcface_torch rows skipped: --arcface-torch"), proc.stdout
+    assert "partial_fc_v2.py" in named[0]  # says what was expected there
+    (row,) = result["rows"]
+    assert row["template"]["images_per_s"] > 0 and row["arcface_torch"] is None
+    assert result["lines"] == [named[0]]
+
+
+@pytest.mark.skipif(not os.environ.get("ARCFACE_TORCH"),
+                    reason="needs insightface's recognition/arcface_torch (deepinsight/insightface, fetched): "
+                    "set ARCFACE_TORCH to its folder")
+def test_arcface_torch_step_runs_beside_the_template_on_the_cpu(tmp_path):
+    proc, result = suite(["--device", "cpu", "--arcface-torch", os.environ["ARCFACE_TORCH"], "--backbones",
+                          "iresnet18", "--batches", "2", "--full-classes", "16", "--pfc-classes", "64", "--warmup",
+                          "1", "--steps", "1", "--parts", "steps"], tmp_path)
+    for r in result["rows"]:
+        ours, theirs = r["template"], r["arcface_torch"]
+        assert theirs["images_per_s"] > 0 and r["ratio"] == pytest.approx(ours["images_per_s"] / theirs["images_per_s"])
+        # the same architecture (insightface's iresnet18) costs the same FLOPs whoever built it
+        assert ours["flops_per_step"] == pytest.approx(theirs["flops_per_step"], rel=0.01)
+    assert re.search(r"iresnet18 +2  full 16 .*\| +[\d.]+ +[\d.-]+$", proc.stdout, re.M), proc.stdout
