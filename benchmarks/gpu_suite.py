@@ -43,6 +43,9 @@ SETTINGS = [
     ("no host syncs", [], ["trainer.log_every_n_steps=1"]),
     ("model.compile", ["model.compile=true"], ["model.compile=false"]),
 ]
+#: settings left out on a CPU, and why
+CUDA_ONLY = {"cudnn.benchmark": "cuDNN is a GPU library",
+             "model.compile": "inductor's C++ build takes minutes on a CPU"}
 #: what identifies a speed run (runs with equal values are measured once)
 SETTING_KEYS = ["model.channels_last", "trainer.benchmark", "optimizer.fused", "optimizer.foreach",
                 "trainer.log_every_n_steps", "model.compile"]
@@ -305,8 +308,8 @@ def speed_rows(args, template_problem: str | None, out: Path, lines: list[str]) 
         f"{'loss steps 0, 1 off':<24}{'loss steps 0, 1 on':<24}{'last off/on':<18}{'max rel diff':>12}  keeps result")
     rows = []
     for name, on, off in SETTINGS:
-        if name == "model.compile" and args.device != "cuda":
-            say(f"  {name:<17}measured on the GPU only (inductor's C++ build takes minutes on a CPU)")
+        if name in CUDA_ONLY and args.device != "cuda":
+            say(f"  {name:<17}measured on the GPU only ({CUDA_ONLY[name]})")
             continue
         a, b = measure(off), measure(on)
         if isinstance(a, str) or isinstance(b, str):

@@ -66,8 +66,9 @@ def compose(args_overrides: list[str], out_dir: Path):
     return compose_train(args_overrides, out_dir)
 
 
-def recorder(timer: StepTimer, syncs: SyncCounter, sync_from: int):
-    """Callback: the step clock, each step's loss kept on the device, host syncs counted from `sync_from`."""
+def recorder(timer: StepTimer, syncs: SyncCounter, sync_from: int, last: int):
+    """Callback: the step clock, each step's loss kept on the device, host syncs counted over the steps
+    `sync_from..last` (not the epoch's end, where the divergence guard and the loggers read once per epoch)."""
     import pytorch_lightning as pl
 
     class _Recorder(pl.Callback):
@@ -82,9 +83,11 @@ def recorder(timer: StepTimer, syncs: SyncCounter, sync_from: int):
             loss = outputs["loss"] if isinstance(outputs, dict) else outputs
             self.losses.append(loss.detach())
             timer.after(batch_idx)
+            if batch_idx == last:
+                syncs.stop()
 
         def on_train_end(self, trainer, pl_module):
-            syncs.stop()
+            syncs.stop()  # a run that stopped early
 
     rec = _Recorder()
     rec.losses = []
@@ -106,7 +109,7 @@ def run(cfg, classes: int, batches: list, warmup: int, steps: int, device: str, 
     module = build_module(cfg, classes)
     trainer, _ = build_trainer(cfg)
     timer, syncs = StepTimer(warmup, steps, device), SyncCounter(device)
-    rec = recorder(timer, syncs, warmup + steps)
+    rec = recorder(timer, syncs, warmup + steps, total - 1)
     trainer.callbacks.append(rec)
     loader = torch.utils.data.DataLoader(Batches(batches, total), batch_size=None, shuffle=False)
     trainer.fit(module, train_dataloaders=loader)
@@ -123,9 +126,10 @@ def run(cfg, classes: int, batches: list, warmup: int, steps: int, device: str, 
 
 
 def step_flops(module, batch, device: str, precision: str) -> float | None:
-    """FLOPs of one forward + backward of the module's step (its embed and class layer, its autocast)."""
+    """FLOPs of one forward + backward of the module's step (its embed and class layer, its autocast). The
+    Trainer's teardown moved the module back to the CPU: it goes to the batch's device again."""
     images, labels = batch
-    module.train()
+    module.to(images.device).train()
 
     def step() -> None:
         with torch.autocast(device, dtype=torch.bfloat16, enabled="bf16" in precision):

@@ -47,8 +47,8 @@ def test_the_documented_cpu_run_prints_every_part(tmp_path):
         assert r["template"]["mfu"] == "unknown peak"  # a CPU has no bf16 peak in the table
         assert r["arcface_torch"] is None and r["ratio"] is None
     speed = {r["setting"]: r for r in result["speed"]}
-    assert set(speed) == {"channels_last", "cudnn.benchmark", "fused optimizer", "no host syncs"}
-    assert "model.compile    measured on the GPU only" in text
+    assert set(speed) == {"channels_last", "fused optimizer", "no host syncs"}
+    assert "model.compile    measured on the GPU only" in text and "cudnn.benchmark  measured on the GPU only" in text
     # independent of any tolerance: the optimizer acts after step 0's loss, so both sides' first losses are the same
     # bits; logging reads values and computes nothing, so every loss of the host-sync pair is the same bits
     assert speed["fused optimizer"]["losses_on"][0] == speed["fused optimizer"]["losses_off"][0]
@@ -86,3 +86,53 @@ def test_arcface_torch_step_runs_beside_the_template_on_the_cpu(tmp_path):
         # the same architecture (insightface's iresnet18) costs the same FLOPs whoever built it
         assert ours["flops_per_step"] == pytest.approx(theirs["flops_per_step"], rel=0.01)
     assert re.search(r"iresnet18 +2  full 16 .*\| +[\d.]+ +[\d.-]+$", proc.stdout, re.M), proc.stdout
+
+
+@pytest.fixture
+def suite_in_process(monkeypatch):
+    """gpu_suite imported from benchmarks/, with the Lightning log levels it quiets restored afterwards."""
+    import logging
+
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+    levels = {name: logging.getLogger(name).level for name in ("pytorch_lightning", "lightning_fabric")}
+    import gpu_suite
+
+    yield gpu_suite
+    for name, level in levels.items():
+        logging.getLogger(name).setLevel(level)
+
+
+def test_a_row_out_of_gpu_memory_is_one_line_and_the_other_rows_are_measured(suite_in_process, monkeypatch, capsys):
+    import suite_template
+    import torch
+
+    real = suite_template.run
+
+    def run(cfg, classes, *args, **kwargs):
+        if classes == 64:  # the partial_fc row does not fit
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 3.81 GiB")
+        return real(cfg, classes, *args, **kwargs)
+
+    monkeypatch.setattr(suite_template, "run", run)
+    result = suite_in_process.main([*TINY, "--pfc-classes", "64", "--steps", "1", "--parts", "steps"])
+    text = capsys.readouterr().out
+    named = [line for line in text.splitlines() if "out of memory" in line]
+    assert named == ["template tiny batch 8 pfc 0.1 64: does not fit: CUDA out of memory "
+                     "(CUDA out of memory. Tried to allocate 3.81 GiB)"], text
+    full, pfc = result["rows"]
+    assert full["template"]["images_per_s"] > 0 and pfc["template"] is None
+
+
+def test_precision_without_bf16_is_one_line_and_the_pipeline_is_still_measured(suite_in_process, monkeypatch,
+                                                                               capsys):
+    import elasticface.utils.speed
+
+    monkeypatch.setattr(elasticface.utils.speed, "cpu_has_bf16", lambda: False)
+    result = suite_in_process.main([*TINY, "--pfc-classes", "0", "--steps", "1", "--precision", "bf16-mixed",
+                                    "--parts", "steps,speed,pipeline", "--pipeline-images", "32", "--workers", "0"])
+    text = capsys.readouterr().out
+    named = [line for line in text.splitlines() if line.startswith("template rows skipped")]
+    assert named == ["template rows skipped: this CPU has no bf16 instructions (trainer.precision=bf16-mixed "
+                     "would be emulated); rerun with --precision 32-true"], text
+    assert result["rows"][0]["template"] is None and result["speed"] == []
+    assert result["pipeline"]["cpu_images_per_s"] > 0 and result["pipeline"]["model_images_per_s"] is None
