@@ -117,7 +117,7 @@ def run(cfg, classes: int, batches: list, warmup: int, steps: int, device: str, 
                         losses=kept_losses(rec.losses, warmup + steps - 1))
     if syncs.count is not None:
         measured.syncs_per_step = syncs.count / count
-    if getattr(module, "compile_setting", False) and not module.compiled:
+    if module.compile_setting is True and not module.compiled:
         measured.note = "compile fell back to eager (no toolchain)"
     if flops:
         measured.flops_per_step = step_flops(module, batches[0], device, str(cfg.trainer.precision))
