@@ -60,13 +60,14 @@ def test_the_documented_cpu_run_prints_every_part(tmp_path):
     assert re.search(r"CPU, 1 loader workers: [\d,.]+ images/s = [\d.]+x the fastest template row", text)
 
 
-def test_a_wrong_arcface_torch_path_is_one_line_and_the_template_rows_still_run(tmp_path):
+def test_a_wrong_arcface_torch_path_is_one_line_and_the_template_rows_still_run(suite_in_process, tmp_path, capsys):
     wrong = tmp_path / "not_insightface"
     wrong.mkdir()
-    proc, result = suite([*TINY, "--pfc-classes", "0", "--steps", "1", "--parts", "steps",
-                          "--arcface-torch", str(wrong)], tmp_path)
-    named = [line for line in proc.stdout.splitlines() if str(wrong) in line]
-    assert len(named) == 1 and named[0].startswith("arcface_torch rows skipped: --arcface-torch"), proc.stdout
+    result = suite_in_process.main([*TINY, "--pfc-classes", "0", "--steps", "1", "--parts", "steps",
+                                    "--arcface-torch", str(wrong)])
+    text = capsys.readouterr().out
+    named = [line for line in text.splitlines() if str(wrong) in line]
+    assert len(named) == 1 and named[0].startswith("arcface_torch rows skipped: --arcface-torch"), text
     assert "partial_fc_v2.py" in named[0]  # says what was expected there
     (row,) = result["rows"]
     assert row["template"]["images_per_s"] > 0 and row["arcface_torch"] is None
