@@ -35,8 +35,11 @@ from torch import nn
 
 CLOCK = [time.perf_counter]  # --clock: wall time, or this process's CPU time (time.process_time)
 
-#: dense bf16 peak (FLOP/s) by device name, for the model FLOP utilisation
+#: dense bf16 peak (FLOP/s) by device name, for the model FLOP utilisation; the first key contained in the
+#: device's name wins, so "H100 PCIe" (756) and "H100 NVL" come before "H100" (SXM, 989)
 BF16_PEAK = {
+    "H100 PCIe": 756e12,
+    "H100 NVL": 835e12,
     "H100": 989e12,
     "H200": 989e12,
     "GH200": 989e12,

@@ -44,6 +44,8 @@ SKIP = {
     "curl": "a download (no network in the tests); tests/test_untrusted_files.py opens such files locally",
     "nvidia-smi": "needs an NVIDIA driver",
     "cp": "copies the local config example; tests/test_local_config.py composes train and eval with that copy",
+    "bash benchmarks/gpu_suite.sh": "tests/test_gpu_suite.py runs the page's `--device cpu` command and checks its "
+    "figures; without `--device cpu` it needs a lent GPU and an arcface_torch checkout",
 }
 #: placeholders for public data the user fetches (LFW's and CFP's photos, insightface's y1 model): not ours to ship.
 #: Their readers are tested on files in the same layouts (tests/test_lfw_pairs.py, tests/test_mxnet_zoo.py,
@@ -137,7 +139,7 @@ def make_help_commands() -> list[str]:
 
 
 def skip_reason(tokens: list[str]) -> str | None:
-    key = " ".join(tokens[:2]) if tokens[0] == "make" else tokens[0]
+    key = " ".join(tokens[:2]) if tokens[0] in ("make", "bash") else tokens[0]
     fetched = next((word for word in FETCHED_DATA for t in tokens if word in t), None)
     if fetched:
         return f"needs public data the user fetches ({fetched}: docs/lfw.md, docs/model_zoo.md)"

@@ -1,0 +1,453 @@
+"""Issue 39's measurements in one call on a lent GPU: the template's training step against insightface's
+arcface_torch on the same GPU, the share of the chip used, peak memory, the speed settings on and off, and the
+input pipeline. `benchmarks/gpu_suite.sh` runs it (docs/speed.md, "GPU suite").
+
+    bash benchmarks/gpu_suite.sh --arcface-torch /path/to/insightface/recognition/arcface_torch
+    bash benchmarks/gpu_suite.sh --device cpu --backbones tiny --batches 8 ...   (tiny sizes: the test suite)
+
+Rows: iresnet50 and iresnet100 at 128 and 256 images per GPU, with the full class layer at 85,742 classes and
+with `model=partial_fc` (rate 0.1) at 2,000,000 classes. Each row times the template's step
+(suite_template.py: train.py's module and Trainer, bf16 autocast, heads and centres in fp32) and arcface_torch's
+(suite_arcface.py: its train_v2.py step, imported from --arcface-torch), and prints images/s, model FLOP
+utilisation (FLOPs of one forward + backward from torch.utils.flop_counter over the device's dense bf16 peak),
+peak memory and the ratios template / arcface_torch. Then each speed setting on and off at one size (with each
+side's losses at steps 0 and 1: a setting keeps the result when they agree within the precision's rounding),
+and the input pipeline (suite_pipeline.py) against the fastest model row. A row that cannot be measured (a
+wrong --arcface-torch, no bf16 on the device, CUDA out of memory) gets one line saying why; the others run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+NEEDED = {"hydra": "hydra-core", "omegaconf": "omegaconf", "pytorch_lightning": "pytorch-lightning", "timm": "timm",
+          "torchdata": "torchdata", "torchmetrics": "torchmetrics", "torchvision": "torchvision",
+          "elasticface": "elasticface (PYTHONPATH=src)"}
+
+#: the speed settings: (name, overrides with it on, overrides with it off); the base is trainer=gpu's defaults
+SETTINGS = [
+    ("channels_last", ["model.channels_last=true"], ["model.channels_last=false"]),
+    ("cudnn.benchmark", ["trainer.benchmark=true"], ["trainer.benchmark=false"]),
+    ("fused optimizer", ["optimizer.fused=true", "optimizer.foreach=null"],
+     ["optimizer.fused=false", "optimizer.foreach=true"]),
+    # on: host reads only on logging steps (every trainer.log_every_n_steps-th, the default 10); off: every step
+    ("no host syncs", [], ["trainer.log_every_n_steps=1"]),
+    ("model.compile", ["model.compile=true"], ["model.compile=false"]),
+]
+#: settings left out on a CPU, and why
+CUDA_ONLY = {"cudnn.benchmark": "cuDNN is a GPU library",
+             "model.compile": "inductor's C++ build takes minutes on a CPU"}
+#: what identifies a speed run (runs with equal values are measured once)
+SETTING_KEYS = ["model.channels_last", "trainer.benchmark", "optimizer.fused", "optimizer.foreach",
+                "trainer.log_every_n_steps", "model.compile"]
+#: relative loss difference within which a setting keeps the step's result, by trainer.precision
+LOSS_RTOL = {"bf16-mixed": 2.0**-7, "16-mixed": 2.0**-10}
+LOSS_RTOL_FP32 = 1e-5
+
+
+def missing_packages() -> list[str]:
+    missing = []
+    for module, package in NEEDED.items():
+        try:
+            importlib.import_module(module)
+        except ImportError:
+            missing.append(package)
+    return missing
+
+
+def commit() -> str:
+    try:
+        head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short=12", "HEAD"], capture_output=True,
+                              text=True, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "-C", str(ROOT), "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return os.environ.get("GPU_SUITE_COMMIT", "unknown (not a git checkout; set GPU_SUITE_COMMIT)")
+    return head + (" + uncommitted changes" if dirty else "")
+
+
+def csv_list(kind):
+    return lambda text: [kind(x) for x in text.split(",") if x]
+
+
+def parse(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--device", choices=["cuda", "cpu"], default="cuda")
+    p.add_argument("--arcface-torch", metavar="DIR", default=None,
+                   help="insightface checkout (or its recognition/arcface_torch folder); its rows are skipped without")
+    p.add_argument("--backbones", type=csv_list(str), default=["iresnet50", "iresnet100"])
+    p.add_argument("--batches", type=csv_list(int), default=[128, 256], help="images per GPU")
+    p.add_argument("--full-classes", type=int, default=85_742, help="classes of the full class layer (model=default)")
+    p.add_argument("--pfc-classes", type=int, default=2_000_000, help="classes of model=partial_fc (0: no such rows)")
+    p.add_argument("--pfc-rate", type=float, default=0.1)
+    p.add_argument("--head", default="arcface", help="the template's head (arcface_torch runs ArcFace m=0.5, s=64)")
+    p.add_argument("--precision", default=None, help="the template's trainer.precision (default: bf16-mixed on "
+                   "cuda, 32-true on cpu); arcface_torch uses its own (fp16 autocast + GradScaler on cuda)")
+    p.add_argument("--warmup", type=int, default=5, help="untimed steps first")
+    p.add_argument("--steps", type=int, default=20, help="timed steps")
+    p.add_argument("--parts", type=csv_list(str), default=["steps", "speed", "pipeline"],
+                   help="which parts: steps, speed, pipeline")
+    p.add_argument("--speed-backbone", default=None,
+                   help="the speed settings' backbone (default: the last of --backbones)")
+    p.add_argument("--speed-batch", type=int, default=None, help="the speed settings' batch (default: the largest)")
+    p.add_argument("--pipeline-images", type=int, default=None,
+                   help="images in the RecordIO (default 8192; 256 on cpu)")
+    p.add_argument("--workers", type=int, default=None, help="CPU loader workers (default: every core)")
+    p.add_argument("--passes", type=int, default=3, help="timed passes over the RecordIO")
+    p.add_argument("--peak-tflops", type=float, default=None, help="the device's dense bf16 peak, if not in the table")
+    p.add_argument("--json", metavar="FILE", default=None, help="also write every figure to FILE")
+    args = p.parse_args(argv)
+    if args.device == "cuda":
+        import torch
+
+        if not torch.cuda.is_available():
+            p.error("--device cuda: no CUDA device visible to torch (use --device cpu for the tiny smoke run)")
+    unknown = set(args.parts) - {"steps", "speed", "pipeline"}
+    if unknown:
+        p.error(f"--parts {','.join(sorted(unknown))}: expected some of steps, speed, pipeline")
+    args.precision = args.precision or ("bf16-mixed" if args.device == "cuda" else "32-true")
+    args.speed_backbone = args.speed_backbone or args.backbones[-1]
+    args.speed_batch = args.speed_batch or max(args.batches)
+    args.pipeline_images = args.pipeline_images or (8192 if args.device == "cuda" else 256)
+    return args
+
+
+def say(line: str = "") -> None:
+    print(line, flush=True)
+
+
+def bf16_problem(device: str, precision: str, name: str) -> str | None:
+    """Why the template's rows cannot run at `precision` here, or None."""
+    import torch
+
+    if "bf16" not in precision:
+        return None
+    if device == "cuda":
+        try:
+            native = torch.cuda.is_bf16_supported(including_emulation=False)
+        except TypeError:  # older torch: no emulation argument
+            native = torch.cuda.is_bf16_supported()
+        if not native:
+            return (f"template rows skipped: {name} has no native bf16 (trainer.precision={precision} would be "
+                    "emulated); rerun with --precision 16-mixed")
+        return None
+    from elasticface.utils.speed import cpu_has_bf16
+
+    if not cpu_has_bf16():
+        return (f"template rows skipped: this CPU has no bf16 instructions (trainer.precision={precision} would be "
+                "emulated); rerun with --precision 32-true")
+    return None
+
+
+def header(args: argparse.Namespace) -> dict:
+    import pytorch_lightning as pl
+    import torch
+    import torchvision
+
+    from suite_measure import bf16_peak, device_name
+
+    name = device_name(args.device)
+    peak = bf16_peak(name, args.peak_tflops) if args.device == "cuda" else None
+    info = {
+        "device": name,
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "cudnn": torch.backends.cudnn.version() if args.device == "cuda" else None,
+        "torchvision": torchvision.__version__,
+        "pytorch_lightning": pl.__version__,
+        "cpu_cores": os.cpu_count(),
+        "commit": commit(),
+        "bf16_peak_tflops": peak / 1e12 if peak else None,
+    }
+    say(f"gpu_suite: device {name}; torch {info['torch']} (CUDA {info['cuda']}, cuDNN {info['cudnn']}), torchvision "
+        f"{info['torchvision']}, pytorch_lightning {info['pytorch_lightning']}; {info['cpu_cores']} CPU cores; "
+        f"commit {info['commit']}")
+    say(f"  bf16 peak {f'{peak / 1e12:.0f} TFLOP/s' if peak else 'unknown (MFU column: unknown peak)'}; "
+        f"template precision {args.precision}, head {args.head}; {args.warmup} warm-up + {args.steps} timed steps "
+        "per run, synchronised at the ends only")
+    return info
+
+
+def step_rows(args, at, template_problem: str | None, peak: float | None, out: Path, lines: list[str]) -> list[dict]:
+    from bench_train import make_batches
+    from suite_measure import clear, failure
+    import suite_arcface
+    import suite_template
+    from suite_template import Layer
+
+    layers = [Layer("default", args.full_classes)]
+    if args.pfc_classes:
+        layers.append(Layer("partial_fc", args.pfc_classes, args.pfc_rate))
+    say()
+    say(f"{'backbone':<11}{'batch':>6}  {'class layer':<16}| {'template img/s':>14} {'MFU':>12} {'GFLOP/img':>9} "
+        f"{'peak MiB':>9} {'syncs':>5} | {'arcface_torch img/s':>19} {'MFU':>12} {'GFLOP/img':>9} {'peak MiB':>9} "
+        f"{'syncs':>5} | "
+        f"{'img/s ratio':>11} {'mem ratio':>9}")
+    rows = []
+    for backbone in args.backbones:
+        for batch in args.batches:
+            for layer in layers:
+                what = f"{backbone} batch {batch} {layer.label}"
+                batches = make_batches(batch, 112, layer.classes, args.device)
+                ours = theirs = None
+                if template_problem is None:
+                    try:
+                        cfg = suite_template.compose(
+                            suite_template.overrides(backbone, batch, layer, args.device, args.precision, args.head),
+                            out / f"{backbone}_{batch}_{layer.option}")
+                        ours, module = suite_template.run(cfg, layer.classes, batches, args.warmup, args.steps,
+                                                          args.device, flops=True)
+                        del module
+                    except Exception as exc:  # noqa: BLE001 - one line per row, the others still run
+                        lines.append(failure(exc, f"template {what}"))
+                        say(lines[-1])
+                    clear(args.device)
+                if at is not None:
+                    try:
+                        theirs = suite_arcface.run(at, backbone, layer.classes, layer.rate or 1.0, batches,
+                                                   args.warmup, args.steps, args.device, flops=True)
+                        if theirs.note and theirs.note not in lines:
+                            lines.append(theirs.note)
+                            say(f"arcface_torch: {theirs.note}")
+                    except Exception as exc:  # noqa: BLE001
+                        lines.append(failure(exc, f"arcface_torch {what}"))
+                        say(lines[-1])
+                    clear(args.device)
+                del batches
+                clear(args.device)
+                rows.append(row_dict(backbone, batch, layer, ours, theirs, peak))
+                say(row_text(rows[-1], ours, theirs, peak))
+    return rows
+
+
+def _num(x: float | None, fmt: str) -> str:
+    return "-" if x is None else format(x, fmt)
+
+
+def row_dict(backbone, batch, layer, ours, theirs, peak) -> dict:
+    from suite_measure import mfu_text
+
+    def side(m):
+        if m is None:
+            return None
+        return {"images_per_s": m.images_per_s, "seconds_per_step": m.seconds_per_step, "peak_mib": m.peak_mib,
+                "flops_per_step": m.flops_per_step, "mfu": mfu_text(m, peak), "losses": m.losses,
+                "syncs_per_step": m.syncs_per_step}
+
+    ratio = ours.images_per_s / theirs.images_per_s if ours and theirs else None
+    mem = ours.peak_mib / theirs.peak_mib if ours and theirs and ours.peak_mib and theirs.peak_mib else None
+    return {"backbone": backbone, "batch": batch, "class_layer": layer.label, "classes": layer.classes,
+            "template": side(ours), "arcface_torch": side(theirs), "ratio": ratio, "memory_ratio": mem}
+
+
+def row_text(row: dict, ours, theirs, peak) -> str:
+    from suite_measure import mfu_text
+
+    t, a = row["template"] or {}, row["arcface_torch"] or {}
+    def gflop(m):
+        return m.flops_per_step / m.batch / 1e9 if m and m.flops_per_step else None
+
+    return (f"{row['backbone']:<11}{row['batch']:>6}  {row['class_layer']:<16}| "
+            f"{_num(t.get('images_per_s'), ',.1f'):>14} {mfu_text(ours, peak) if ours else '-':>12} "
+            f"{_num(gflop(ours), '.2f'):>9} {_num(t.get('peak_mib'), ',.0f'):>9} "
+            f"{_num(t.get('syncs_per_step'), '.1f'):>5} | "
+            f"{_num(a.get('images_per_s'), ',.1f'):>19} {mfu_text(theirs, peak) if theirs else '-':>12} "
+            f"{_num(gflop(theirs), '.2f'):>9} {_num(a.get('peak_mib'), ',.0f'):>9} "
+            f"{_num(a.get('syncs_per_step'), '.1f'):>5} | "
+            f"{_num(row['ratio'], '.2f'):>11} {_num(row['memory_ratio'], '.2f'):>9}")
+
+
+def speed_rows(args, template_problem: str | None, out: Path, lines: list[str]) -> list[dict]:
+    """Each speed setting on and off at one size; runs with the same settings are measured once."""
+    from omegaconf import OmegaConf
+
+    from bench_train import make_batches
+    from suite_measure import clear, failure
+    import suite_template
+    from suite_template import Layer
+
+    say()
+    layer = Layer("default", args.full_classes)
+    say(f"speed settings: {args.speed_backbone} batch {args.speed_batch} {layer.label}, trainer="
+        f"{'gpu' if args.device == 'cuda' else 'cpu'} defaults otherwise; keeps result: losses at steps 0 and 1 within "
+        f"{LOSS_RTOL.get(args.precision, LOSS_RTOL_FP32):.2g} relative ({args.precision})")
+    if template_problem is not None:
+        say(f"  {template_problem}")
+        return []
+    base = suite_template.overrides(args.speed_backbone, args.speed_batch, layer, args.device, args.precision,
+                                    args.head)
+    batches = make_batches(args.speed_batch, 112, layer.classes, args.device)
+    cache: dict[tuple, object] = {}
+
+    def measure(extra: list[str]):
+        cfg = suite_template.compose(base + extra, out / f"speed_{len(cache)}")
+        key = tuple(str(OmegaConf.select(cfg, k)) for k in SETTING_KEYS)
+        if key not in cache:
+            try:
+                cache[key], module = suite_template.run(cfg, layer.classes, batches, args.warmup, args.steps,
+                                                        args.device, flops=False)
+                del module
+            except Exception as exc:  # noqa: BLE001
+                cache[key] = failure(exc, f"speed {' '.join(extra) or 'defaults'}")
+                lines.append(cache[key])
+                say(f"  {cache[key]}")
+            clear(args.device)
+        return cache[key]
+
+    rtol = LOSS_RTOL.get(args.precision, LOSS_RTOL_FP32)
+    say(f"  {'setting':<17}{'off img/s':>11}{'on img/s':>11}{'on/off':>8}{'syncs off/on':>14}   "
+        f"{'loss steps 0, 1 off':<24}{'loss steps 0, 1 on':<24}{'last off/on':<18}{'max rel diff':>12}  keeps result")
+    rows = []
+    for name, on, off in SETTINGS:
+        if name in CUDA_ONLY and args.device != "cuda":
+            say(f"  {name:<17}measured on the GPU only ({CUDA_ONLY[name]})")
+            continue
+        a, b = measure(off), measure(on)
+        if isinstance(a, str) or isinstance(b, str):
+            continue
+        rel = max(abs(x - y) / max(abs(y), 1e-12) for x, y in zip(b.losses[:2], a.losses[:2]))
+        row = {"setting": name, "off": a.images_per_s, "on": b.images_per_s, "ratio": b.images_per_s / a.images_per_s,
+               "syncs_off": a.syncs_per_step, "syncs_on": b.syncs_per_step, "losses_off": a.losses,
+               "losses_on": b.losses, "max_rel_diff": rel, "keeps_result": rel <= rtol, "note": b.note}
+        rows.append(row)
+        say(f"  {name:<17}{a.images_per_s:>11,.1f}{b.images_per_s:>11,.1f}{row['ratio']:>8.3f}"
+            f"{_num(a.syncs_per_step, '.1f'):>7}/{_num(b.syncs_per_step, '.1f'):<6}   "
+            f"{', '.join(f'{x:.6f}' for x in a.losses[:2]):<24}{', '.join(f'{x:.6f}' for x in b.losses[:2]):<24}"
+            f"{a.losses[-1]:.4f}/{b.losses[-1]:<10.4f}{rel:>12.2e}  {'yes' if row['keeps_result'] else 'NO'}"
+            f"{'  (' + b.note + ')' if b.note else ''}")
+    return rows
+
+
+def pipeline_part(args, rows: list[dict]) -> dict:
+    import suite_pipeline
+
+    say()
+    workers = args.workers if args.workers is not None else suite_pipeline.cores()
+    with tempfile.TemporaryDirectory() as tmp:
+        result = suite_pipeline.measure(tmp, args.pipeline_images, workers, max(args.batches), args.passes,
+                                        args.device)
+    fastest = max(((r["template"]["images_per_s"], r) for r in rows if r.get("template")), default=None,
+                  key=lambda t: t[0])
+    need = fastest[0] if fastest else None
+    where = f"{fastest[1]['backbone']} batch {fastest[1]['batch']} {fastest[1]['class_layer']}" if fastest else ""
+
+    def versus(rate: float | None) -> str:
+        if rate is None or need is None:
+            return ""
+        verdict = "not the bottleneck" if rate >= need else "THE BOTTLENECK"
+        return f" = {rate / need:.2f}x the fastest template row ({where}, {need:,.1f} images/s): {verdict}"
+
+    say(f"input pipeline: RecordIO of {result.images} 112x112 JPEGs written by elasticface-convert's writer, "
+        f"decode + flip + scale, {args.passes} passes")
+    say(f"  CPU, {result.cpu_workers} loader workers: {result.cpu_images_per_s:,.1f} images/s"
+        f"{versus(result.cpu_images_per_s)}")
+    if result.gpu_images_per_s is not None:
+        say(f"  GPU JPEG decoder (torchvision.io.decode_jpeg on cuda, bytes in memory): "
+            f"{result.gpu_images_per_s:,.1f} images/s{versus(result.gpu_images_per_s)}")
+    else:
+        say(f"  GPU JPEG decoder: not measured ({result.gpu_note})")
+    return {"images": result.images, "cpu_workers": result.cpu_workers, "cpu_images_per_s": result.cpu_images_per_s,
+            "gpu_images_per_s": result.gpu_images_per_s, "gpu_note": result.gpu_note, "model_images_per_s": need}
+
+
+def goals(rows: list[dict], peak: float | None) -> None:
+    """Issue 39's goals for iresnet100, row by row (read, not enforced)."""
+    r100 = [r for r in rows if r["backbone"] == "iresnet100" and r["template"]]
+    if not r100:
+        return
+    say()
+    say("goals (iresnet100): >= 1.0x arcface_torch's images/s, >= 30% MFU, peak memory <= arcface_torch's")
+    for r in r100:
+        mfu = r["template"]["mfu"]
+        if mfu.endswith("%"):
+            mfu += " yes" if float(mfu[:-1]) >= 30 else " NO"
+        ratio = "n/a" if r["ratio"] is None else f"{r['ratio']:.2f}x {'yes' if r['ratio'] >= 1 else 'NO'}"
+        mem = r["memory_ratio"]
+        mem = "n/a" if mem is None else f"{mem:.2f} {'yes' if mem <= 1 else 'NO'}"
+        say(f"  batch {r['batch']} {r['class_layer']}: speed {ratio}; MFU {mfu}; memory {mem}")
+
+
+def quiet_lightning() -> None:
+    """Lightning's per-fit chatter (accelerator lines, "no val_dataloader", logging interval) would bury the table."""
+    import logging
+    import warnings
+
+    for name in ("pytorch_lightning", "lightning_fabric"):
+        logging.getLogger(name).setLevel(logging.WARNING)
+    warnings.filterwarnings("ignore", module=r"pytorch_lightning\.")
+
+
+def main(argv: list[str] | None = None) -> dict:
+    args = parse(argv)
+    missing = missing_packages()
+    if missing:
+        say(f"gpu_suite: missing Python packages: {', '.join(missing)} (on a lent GPU, carry them as wheels: "
+            "docs/speed.md, GPU suite)")
+        raise SystemExit(2)
+    os.environ.setdefault("WANDB_MODE", "offline")
+    import torch
+
+    from elasticface.utils.console import quiet_lightning_tips
+    from suite_measure import bf16_peak
+
+    quiet_lightning_tips()
+    quiet_lightning()
+    started = time.perf_counter()
+    info = header(args)
+    peak = bf16_peak(info["device"], args.peak_tflops) if args.device == "cuda" else None
+    lines: list[str] = []
+    template_problem = bf16_problem(args.device, args.precision, info["device"])
+    if template_problem:
+        lines.append(template_problem)
+        say(template_problem)
+    at = None
+    if "steps" in args.parts:
+        if args.arcface_torch is None:
+            say("arcface_torch: not given (--arcface-torch DIR): its columns and the ratios read n/a")
+        else:
+            try:
+                import suite_arcface
+
+                at = suite_arcface.load(args.arcface_torch)
+                say(f"arcface_torch: {at.folder} (train_v2.py's step: DDP in one process, fp16 autocast + "
+                    "GradScaler on cuda, PartialFC_V2, CombinedMarginLoss(64, 1.0, 0.5, 0.0), SGD, clip 5, "
+                    "loss.item() per step)")
+            except (FileNotFoundError, ImportError) as exc:
+                lines.append(f"arcface_torch rows skipped: {str(exc).splitlines()[0]}")
+                say(lines[-1])
+    result: dict = {"header": info, "lines": lines, "rows": [], "speed": [], "pipeline": None}
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp)
+        if "steps" in args.parts:
+            t = time.perf_counter()
+            result["rows"] = step_rows(args, at, template_problem, peak, out, lines)
+            say(f"(steps: {time.perf_counter() - t:.0f} s)")
+        if "speed" in args.parts:
+            t = time.perf_counter()
+            result["speed"] = speed_rows(args, template_problem, out, lines)
+            say(f"(speed settings: {time.perf_counter() - t:.0f} s)")
+    if "pipeline" in args.parts:
+        t = time.perf_counter()
+        result["pipeline"] = pipeline_part(args, result["rows"])
+        say(f"(input pipeline: {time.perf_counter() - t:.0f} s)")
+    goals(result["rows"], peak)
+    say(f"gpu_suite: done in {time.perf_counter() - started:.0f} s on {info['device']}, commit {info['commit']}")
+    if args.json:
+        Path(args.json).write_text(json.dumps(result, indent=2, default=str))
+    if torch.distributed.is_initialized():
+        torch.distributed.destroy_process_group()
+    return result
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    main()

@@ -1,0 +1,139 @@
+"""benchmarks/gpu_suite.sh, issue 39's one-call GPU measurement, runs on the CPU at tiny sizes so it cannot rot.
+
+The command is docs/speed.md's own (`--device cpu`), read from the page; `--json` is added to read its figures.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import subprocess
+import sys
+
+import pytest
+from conftest import ROOT
+
+SCRIPT = ROOT / "benchmarks" / "gpu_suite.sh"
+DOCS = ROOT / "docs" / "speed.md"
+TINY = ["--device", "cpu", "--backbones", "tiny", "--batches", "8", "--full-classes", "16", "--warmup", "1"]
+
+
+def suite(args: list[str], tmp_path) -> tuple[subprocess.CompletedProcess, dict]:
+    out = tmp_path / "suite.json"
+    env = {**os.environ, "PYTHON": sys.executable, "WANDB_MODE": "offline"}
+    proc = subprocess.run(["bash", str(SCRIPT), *args, "--json", str(out)], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=300, env=env)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return proc, json.loads(out.read_text())
+
+
+def docs_cpu_command() -> list[str]:
+    (line,) = [m for m in re.findall(r"^bash benchmarks/gpu_suite\.sh .*$", DOCS.read_text(), re.M)
+               if "--device cpu" in m]
+    return shlex.split(line)[2:]
+
+
+def test_the_documented_cpu_run_prints_every_part(tmp_path):
+    proc, result = suite(docs_cpu_command(), tmp_path)
+    text = proc.stdout
+    assert re.search(r"device CPU .*torch .*commit ", text.splitlines()[0]), text[:500]
+    assert "arcface_torch: not given" in text
+    rows = result["rows"]
+    assert [(r["backbone"], r["class_layer"]) for r in rows] == [("tiny", "full 16"), ("tiny", "pfc 0.1 64")]
+    for r in rows:
+        assert r["template"]["images_per_s"] > 0 and r["template"]["flops_per_step"] > 0
+        assert r["template"]["mfu"] == "unknown peak"  # a CPU has no bf16 peak in the table
+        assert r["arcface_torch"] is None and r["ratio"] is None
+    speed = {r["setting"]: r for r in result["speed"]}
+    assert set(speed) == {"channels_last", "fused optimizer", "no host syncs"}
+    assert "model.compile    measured on the GPU only" in text and "cudnn.benchmark  measured on the GPU only" in text
+    # independent of any tolerance: the optimizer acts after step 0's loss, so both sides' first losses are the same
+    # bits; logging reads values and computes nothing, so every loss of the host-sync pair is the same bits
+    assert speed["fused optimizer"]["losses_on"][0] == speed["fused optimizer"]["losses_off"][0]
+    assert speed["no host syncs"]["losses_on"] == speed["no host syncs"]["losses_off"]
+    assert all(r["on"] > 0 and r["off"] > 0 for r in speed.values())
+    pipe = result["pipeline"]
+    assert pipe["cpu_images_per_s"] > 0 and pipe["gpu_images_per_s"] is None and pipe["gpu_note"] == "no GPU"
+    assert pipe["model_images_per_s"] == max(r["template"]["images_per_s"] for r in rows)
+    assert re.search(r"CPU, 1 loader workers: [\d,.]+ images/s = [\d.]+x the fastest template row", text)
+
+
+def test_a_wrong_arcface_torch_path_is_one_line_and_the_template_rows_still_run(suite_in_process, tmp_path, capsys):
+    wrong = tmp_path / "not_insightface"
+    wrong.mkdir()
+    result = suite_in_process.main([*TINY, "--pfc-classes", "0", "--steps", "1", "--parts", "steps",
+                                    "--arcface-torch", str(wrong)])
+    text = capsys.readouterr().out
+    named = [line for line in text.splitlines() if str(wrong) in line]
+    assert len(named) == 1 and named[0].startswith("arcface_torch rows skipped: --arcface-torch"), text
+    assert "partial_fc_v2.py" in named[0]  # says what was expected there
+    (row,) = result["rows"]
+    assert row["template"]["images_per_s"] > 0 and row["arcface_torch"] is None
+    assert result["lines"] == [named[0]]
+
+
+@pytest.mark.skipif(not os.environ.get("ARCFACE_TORCH"),
+                    reason="needs insightface's recognition/arcface_torch (deepinsight/insightface, fetched): "
+                    "set ARCFACE_TORCH to its folder")
+def test_arcface_torch_step_runs_beside_the_template_on_the_cpu(tmp_path):
+    proc, result = suite(["--device", "cpu", "--arcface-torch", os.environ["ARCFACE_TORCH"], "--backbones",
+                          "iresnet18", "--batches", "2", "--full-classes", "16", "--pfc-classes", "64", "--warmup",
+                          "1", "--steps", "1", "--parts", "steps"], tmp_path)
+    for r in result["rows"]:
+        ours, theirs = r["template"], r["arcface_torch"]
+        assert theirs["images_per_s"] > 0 and r["ratio"] == pytest.approx(ours["images_per_s"] / theirs["images_per_s"])
+        # the same architecture (insightface's iresnet18) costs the same FLOPs whoever built it
+        assert ours["flops_per_step"] == pytest.approx(theirs["flops_per_step"], rel=0.01)
+    assert re.search(r"iresnet18 +2  full 16 .*\| +[\d.]+ +[\d.-]+$", proc.stdout, re.M), proc.stdout
+
+
+@pytest.fixture
+def suite_in_process(monkeypatch):
+    """gpu_suite imported from benchmarks/, with the Lightning log levels it quiets restored afterwards."""
+    import logging
+
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+    levels = {name: logging.getLogger(name).level for name in ("pytorch_lightning", "lightning_fabric")}
+    import gpu_suite
+
+    yield gpu_suite
+    for name, level in levels.items():
+        logging.getLogger(name).setLevel(level)
+
+
+def test_a_row_out_of_gpu_memory_is_one_line_and_the_other_rows_are_measured(suite_in_process, monkeypatch, capsys):
+    import suite_template
+    import torch
+
+    real = suite_template.run
+
+    def run(cfg, classes, *args, **kwargs):
+        if classes == 64:  # the partial_fc row does not fit
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 3.81 GiB")
+        return real(cfg, classes, *args, **kwargs)
+
+    monkeypatch.setattr(suite_template, "run", run)
+    result = suite_in_process.main([*TINY, "--pfc-classes", "64", "--steps", "1", "--parts", "steps"])
+    text = capsys.readouterr().out
+    named = [line for line in text.splitlines() if "out of memory" in line]
+    assert named == ["template tiny batch 8 pfc 0.1 64: does not fit: CUDA out of memory "
+                     "(CUDA out of memory. Tried to allocate 3.81 GiB)"], text
+    full, pfc = result["rows"]
+    assert full["template"]["images_per_s"] > 0 and pfc["template"] is None
+
+
+def test_precision_without_bf16_is_one_line_and_the_pipeline_is_still_measured(suite_in_process, monkeypatch,
+                                                                               capsys):
+    import elasticface.utils.speed
+
+    monkeypatch.setattr(elasticface.utils.speed, "cpu_has_bf16", lambda: False)
+    result = suite_in_process.main([*TINY, "--pfc-classes", "0", "--steps", "1", "--precision", "bf16-mixed",
+                                    "--parts", "steps,speed,pipeline", "--pipeline-images", "32", "--workers", "0"])
+    text = capsys.readouterr().out
+    named = [line for line in text.splitlines() if line.startswith("template rows skipped")]
+    assert named == ["template rows skipped: this CPU has no bf16 instructions (trainer.precision=bf16-mixed "
+                     "would be emulated); rerun with --precision 32-true"], text
+    assert result["rows"][0]["template"] is None and result["speed"] == []
+    assert result["pipeline"]["cpu_images_per_s"] > 0 and result["pipeline"]["model_images_per_s"] is None
