@@ -76,4 +76,5 @@ def test_eigenfaces_are_the_protocol_on_an_independent_pca():
     np.testing.assert_allclose(np.abs(ours), np.abs(projected), atol=1e-4)
     assert eigenface_baseline(train, pairs, components=k) == expected
     # unreadable records (DroppedRecord items) are skipped by the fit, not decoded
-    assert fit_eigenfaces([*train, DroppedRecord("root", "bad.jpg", "corrupt")], components=k).components.shape == (16, k)
+    fitted = fit_eigenfaces([*train, DroppedRecord("root", "bad.jpg", "corrupt")], components=k)
+    assert fitted.components.shape == (16, k)

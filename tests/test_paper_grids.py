@@ -87,8 +87,10 @@ def test_sweep_demo_runs_the_grid_and_the_report_ranks_it(tmp_path):
 LFW_ROWS = {
     "softmax": ("Softmax", None, None, "false"), "arcface": ("ArcFace", 0.5, None, "false"),
     "cosface": ("CosFace", 0.35, None, "false"), "elastic_arc": ("ElasticArcFace", 0.5, 0.05, "false"),
-    "elastic_arc_plus": ("ElasticArcFace", 0.5, 0.0175, "false"), "elastic_cos": ("ElasticCosFace", 0.35, 0.05, "false"),
-    "elastic_cos_plus": ("ElasticCosFace", 0.35, 0.025, "false"), "elastic_arc_compiled": ("ElasticArcFace", 0.5, 0.05, "cpu"),
+    "elastic_arc_plus": ("ElasticArcFace", 0.5, 0.0175, "false"),
+    "elastic_cos": ("ElasticCosFace", 0.35, 0.05, "false"),
+    "elastic_cos_plus": ("ElasticCosFace", 0.35, 0.025, "false"),
+    "elastic_arc_compiled": ("ElasticArcFace", 0.5, 0.05, "cpu"),
 }
 
 

@@ -110,3 +110,31 @@ def test_bad_summaries_are_listed_or_refused_with_the_file_named(tmp_path, capsy
     assert main([str(tmp_path)]) == 2
     assert "2/summary.json: 'val/sets' has benchmarks ['agedb_30']" in capsys.readouterr().err
     assert main([str(tmp_path / "nowhere")]) == 2
+
+
+def test_seed_table_pairs_each_row_with_arcface_and_compiled_with_eager(tmp_path):
+    """The LFW fold-10 table: final and best mean ± std over seeds, the difference to ArcFace paired by seed with
+    Student's 95% interval (t(0.975, 2) = 4.303 from any t table), the compiled row against its eager twin, and
+    the baselines every run scored."""
+    finals = {("arcface", False): [0.80, 0.82, 0.81], ("elastic_arc", False): [0.82, 0.83, 0.84],
+              ("elastic_arc", "cpu"): [0.81, 0.84, 0.83]}
+    for (head, compile_), accs in finals.items():
+        for seed, acc in enumerate(accs, 1):
+            job = write_job(tmp_path, f"{seed}_{head}_{compile_}", head, 0.5, 0.05 if "elastic" in head else None,
+                            {"lfw_fold10": acc}, seed)
+            summary = json.loads((job / "summary.json").read_text())
+            summary.update({"compile": compile_, "val/acc_mean": {"final": acc, "best": acc + 0.01},
+                            "baseline/pixel_acc": 0.6, "baseline/eigenface_acc": 0.65})
+            (job / "summary.json").write_text(json.dumps(summary))
+    markdown = to_markdown(build_report(read_sweep(tmp_path)))
+    diffs = np.array([0.02, 0.01, 0.03])  # elastic_arc - arcface, seed by seed
+    half = 4.303 * diffs.std(ddof=1) / np.sqrt(3)
+    assert (f"| ElasticFace-Arc m=0.5 σ=0.05 | 1 2 3 | 83.00 ± 1.00 | 84.00 ± 1.00 | "
+            f"+2.00 ± 1.00 [±{100 * half:.2f}], n=3 |") in markdown  # 2.48 > 2.00: the interval holds 0
+    assert "n=3 * |" in markdown  # the compiled row's difference to ArcFace (+1.67 ± 0.58) excludes 0
+    assert "| ArcFace m=0.5 | 1 2 3 | 81.00 ± 1.00 | 82.00 ± 1.00 | — |" in markdown
+    compiled = np.array([0.81, 0.84, 0.83]) - np.array([0.82, 0.83, 0.84])
+    half = 4.303 * compiled.std(ddof=1) / np.sqrt(3)
+    assert (f"ElasticFace-Arc m=0.5 σ=0.05 compile=cpu − the same row eager, same seed: "
+            f"{100 * compiled.mean():+.2f} ± {100 * compiled.std(ddof=1):.2f} [±{100 * half:.2f}], n=3") in markdown
+    assert "| baseline: raw pixels |  | 60.00 |  |  |" in markdown and "| baseline: eigenfaces |  | 65.00 |" in markdown

@@ -182,7 +182,8 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     if cfg.get("pixel_baseline"):
         baselines = {name: pixel_baseline(pairs) for name, pairs in datamodule.val_sets.items()}
     if cfg.get("eigenface_baseline") and datamodule.val_sets:
-        eigenfaces = {name: eigenface_baseline(datamodule.train_set, pairs) for name, pairs in datamodule.val_sets.items()}
+        eigenfaces = {name: eigenface_baseline(datamodule.train_set, pairs)
+                      for name, pairs in datamodule.val_sets.items()}
 
     started = time.perf_counter()
     trainer.fit(model, datamodule=datamodule, ckpt_path=ckpt_path)

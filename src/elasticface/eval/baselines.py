@@ -70,7 +70,8 @@ def fit_eigenfaces(train_set: Any, components: int = EIGENFACE_COMPONENTS, pool:
     return Eigenfaces(mean.float(), vectors[:, -k:].flip(1).float().contiguous(), pool)
 
 
-def eigenface_baseline(train_set: Any, pairs: Any, components: int = EIGENFACE_COMPONENTS, batch_size: int = 512) -> float:
+def eigenface_baseline(train_set: Any, pairs: Any, components: int = EIGENFACE_COMPONENTS,
+                       batch_size: int = 512) -> float:
     """Verification accuracy of eigenfaces fitted on `train_set`, on `pairs` (cosine similarity, no flip)."""
     model = fit_eigenfaces(train_set, components)
     result, _ = evaluate_pair_set(model, pairs, batch_size=batch_size, flip=False, device="cpu")

@@ -70,6 +70,10 @@ def _pct(mean: float, std: float | None) -> str:
     return f"{100 * mean:.2f}" if std is None else f"{100 * mean:.2f} ± {100 * std:.2f}"
 
 
+def _compiled(row: Any) -> bool:
+    return row.extra.get("compile") not in (None, False, "false")
+
+
 def _final_by_seed(row: Any) -> dict[Any, float]:
     return {s["seed"]: float(s["val/acc_mean"]["final"]) for s in row.summaries
             if s["val/acc_mean"].get("final") is not None}
@@ -83,7 +87,7 @@ def _difference(d: Paired) -> str:
 
 def seed_table(rows: list[Any], varying: list[str]) -> list[str]:
     """Markdown lines: one row per configuration (`table.Row`s with their summaries), baselines last."""
-    references = [r for r in rows if r.family == REFERENCE_FAMILY and not r.extra.get("compile")]
+    references = [r for r in rows if r.family == REFERENCE_FAMILY and not _compiled(r)]
     reference = references[0] if len(references) == 1 else None
     ref_final = _final_by_seed(reference) if reference else {}
     head = ["row", "seeds", "final", "best"] + ([f"final − {reference.label(varying)}, same seed"] if reference else [])
@@ -99,9 +103,8 @@ def seed_table(rows: list[Any], varying: list[str]) -> list[str]:
             cells.append("—" if d is None else _difference(d))
         lines.append("| " + " | ".join(cells) + " |")
     compiled = []
-    for r in rows:
-        eager = [e for e in rows if e.extra.get("compile") in (None, False) and r.extra.get("compile") not in (None, False)
-                 and (e.family, e.m, e.sigma) == (r.family, r.m, r.sigma)]
+    for r in (r for r in rows if _compiled(r)):
+        eager = [e for e in rows if not _compiled(e) and (e.family, e.m, e.sigma) == (r.family, r.m, r.sigma)]
         if len(eager) == 1:
             d = paired(_final_by_seed(r), _final_by_seed(eager[0]))
             if d is not None:
