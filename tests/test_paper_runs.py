@@ -42,7 +42,7 @@ def composed(experiment: str, devices: int, batch: int, *more: str):
 
 
 def lr_by_epoch(cfg, epochs: int) -> list[float]:
-    """The lr of each epoch of the composed epoch schedule, stepped once per epoch as Lightning's interval=epoch does."""
+    """The lr of each epoch of the composed epoch schedule, stepped once per epoch as Lightning's `interval: epoch`."""
     from hydra.utils import instantiate
 
     optimizer = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=cfg.optimizer.lr)
@@ -151,9 +151,9 @@ def test_the_casia_experiment_takes_the_released_recipe_with_the_registrys_heads
 
 
 #: what a released run may change of today's experiment, and nothing else
-CHANGED = {"task_name", "tags", "logger/wandb/tags", "logger/wandb/name", "logger/tensorboard/name", "scheduler", "trainer/max_steps", "trainer/max_epochs", "model/scheduler",
-           "model/head/guard", "model/head/plus_assignment", "sigma", "model/head/sigma",
-           "trainer/val_check_interval", "trainer/check_val_every_n_epoch"}
+CHANGED = {"task_name", "tags", "logger/wandb/tags", "logger/wandb/name", "logger/tensorboard/name", "scheduler",
+           "trainer/max_steps", "trainer/max_epochs", "model/scheduler", "model/head/guard", "model/head/plus_assignment",
+           "sigma", "model/head/sigma", "trainer/val_check_interval", "trainer/check_val_every_n_epoch"}
 
 
 @pytest.mark.parametrize("experiment", [*RELEASED, "released/casia_r50_sigma_grid"])

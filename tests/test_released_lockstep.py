@@ -1,7 +1,8 @@
 """experiment=released/...'s first steps equal the released ElasticFace training loop (fdbtrs/ElasticFace 5496ec0,
 train.py), transcribed here in plain PyTorch independently of the module: the same start weights, batches and
-drawn margins (the module's draws, recorded: the released "+" assignment is tested with the heads), across an epoch boundary so that the per-epoch lr decay is exercised. The module runs in a real
-Lightning Trainer on the CPU; the transcription is the released loop written out."""
+drawn margins (the module's draws, recorded: the released "+" assignment is tested with the heads), across an
+epoch boundary so that the per-epoch lr decay is exercised. The module runs in a real Lightning Trainer on the
+CPU; the transcription is the released loop written out."""
 
 import copy
 

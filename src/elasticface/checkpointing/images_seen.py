@@ -51,12 +51,14 @@ class ImagesSeen(pl.Callback):
             return None
         return self.start_images + (step - self.start_step) * self.global_batch
 
-    def on_save_checkpoint(self, trainer: pl.Trainer, pl_module: pl.LightningModule, checkpoint: dict[str, Any]) -> None:
+    def on_save_checkpoint(self, trainer: pl.Trainer, pl_module: pl.LightningModule,
+                           checkpoint: dict[str, Any]) -> None:
         if self.global_batch is not None:
             checkpoint["global_batch"] = self.global_batch
             checkpoint["images_seen"] = self.images_seen(trainer.global_step)
 
-    def on_load_checkpoint(self, trainer: pl.Trainer, pl_module: pl.LightningModule, checkpoint: dict[str, Any]) -> None:
+    def on_load_checkpoint(self, trainer: pl.Trainer, pl_module: pl.LightningModule,
+                           checkpoint: dict[str, Any]) -> None:
         step, new = int(checkpoint.get("global_step", 0)), self.global_batch
         old = checkpoint.get("global_batch")
         images = checkpoint.get("images_seen")
@@ -108,8 +110,10 @@ class ImagesSeen(pl.Callback):
 
 
 def _lrs_at(scheduler: Any) -> list[float]:
-    """The lr of each group at the scheduler's position (a LambdaLR's closed form; any other scheduler's lr scaled)."""
+    """The lr of each group at the scheduler's position: a LambdaLR's closed form (every schedule of this package);
+    another scheduler's restored lr, scaled as its base lr was (its group's `initial_lr` is still the old base)."""
+    bases = scheduler.base_lrs
     if isinstance(scheduler, LambdaLR):
-        return [base * f(scheduler.last_epoch) for f, base in zip(scheduler.lr_lambdas, scheduler.base_lrs, strict=True)]
-    return [group["lr"] * base / group.get("initial_lr", base) if group.get("initial_lr") else group["lr"]
-            for group, base in zip(scheduler.optimizer.param_groups, scheduler.base_lrs, strict=True)]
+        return [base * f(scheduler.last_epoch) for f, base in zip(scheduler.lr_lambdas, bases, strict=True)]
+    return [group["lr"] * base / group.get("initial_lr", base)
+            for group, base in zip(scheduler.optimizer.param_groups, bases, strict=True)]

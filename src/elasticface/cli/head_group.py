@@ -5,9 +5,10 @@ Each option is what a `# @package _global_` file would hold: the head's top-leve
 ones it has) read from the registry by `${head_default:<name>,<key>}`, so a plain `sigma=0.02` overrides them,
 and `model.head` built through the registry from `${m}`, `${s}`, `${sigma}` and every other constructor argument
 of the head with the registry's value, copied here when the option is made (`guard`, `plus_assignment`, ...): so
-`--cfg job` and the logged config show them, and `model.head.plus_assignment=official` overrides one without `+`. A YAML file in configs/head/
-(a preset of the user's own) is an option beside these; one named like a registry entry would be merged onto
-that entry's option (Hydra's deprecated schema matching, with a warning), so presets take names of their own.
+`--cfg job` and the logged config show them, and `model.head.plus_assignment=official` overrides one without `+`.
+A YAML file in configs/head/ (a preset of the user's own) is an option beside these; one named like a registry
+entry would be merged onto that entry's option (Hydra's deprecated schema matching, with a warning), so presets
+take names of their own.
 """
 
 from __future__ import annotations
