@@ -152,8 +152,9 @@ def test_the_casia_experiment_takes_the_released_recipe_with_the_registrys_heads
 
 #: what a released run may change of today's experiment, and nothing else
 CHANGED = {"task_name", "tags", "logger/wandb/tags", "logger/wandb/name", "logger/tensorboard/name", "scheduler",
-           "trainer/max_steps", "trainer/max_epochs", "model/scheduler", "model/head/guard", "model/head/plus_assignment",
-           "sigma", "model/head/sigma", "trainer/val_check_interval", "trainer/check_val_every_n_epoch"}
+           "trainer/max_steps", "trainer/max_epochs", "model/scheduler", "model/head/guard",
+           "model/head/plus_assignment", "sigma", "model/head/sigma", "trainer/val_check_interval",
+           "trainer/check_val_every_n_epoch"}
 
 
 @pytest.mark.parametrize("experiment", [*RELEASED, "released/casia_r50_sigma_grid"])
@@ -211,3 +212,19 @@ def test_milestone_epochs_follow_the_released_rule():
     with pytest.raises(ValueError, match=r"scheduler.milestones=\[0\]: epochs"):
         epoch_multistep(optimizer, 0, milestones=[0])
     assert math.isclose(factors[-1], 0.1 ** 3)
+
+
+def test_a_device_list_counts_its_devices_and_a_bad_reference_is_named():
+    cfg = compose_train(["experiment=ms1mv2_r100_elastic_arc", "data.root=/data", "trainer.devices=[0,1]"])
+    assert batch_scaling.global_batch(cfg) == 256
+    cfg = compose_train(["experiment=ms1mv2_r100_elastic_arc", "data.root=/data", "batch_scaling.reference_batch=0"])
+    with pytest.raises(ValueError, match=r"batch_scaling.reference_batch=0: expected the global batch"):
+        batch_scaling.apply(cfg)
+
+
+def test_a_bad_schedule_interval_is_named_at_start_up():
+    from elasticface.utils.config import validate_top_level
+
+    cfg = compose_train(["experiment=released/ms1mv2_r100_elastic_arc", "data.root=/data", "scheduler.interval=batch"])
+    with pytest.raises(ValueError, match=r"scheduler.interval='batch': expected one of \['step', 'epoch'\]"):
+        validate_top_level(cfg)
