@@ -59,3 +59,27 @@ def test_a_resume_with_scaling_off_says_the_schedule_jumps(first_run, tmp_path, 
     assert "Set batch_scaling.reference_batch=" in warnings[0]
     last = torch.load(tmp_path / "checkpoints" / "last.ckpt", weights_only=True)
     assert (last["global_step"], last["images_seen"]) == (5, 72)  # steps as written: one more step of 8
+
+
+@pytest.mark.slow
+def test_a_two_process_run_resumed_on_one_keeps_the_images_seen(tmp_path):
+    """The world size itself: 2 DDP processes x 8 (global batch 16) for 4 steps, then 1 process x 8."""
+    import subprocess
+    import sys
+
+    from conftest import ROOT
+
+    base = [sys.executable, "train.py", *TINY, *SCHEDULE, "data.batch_size=8"]
+    out = subprocess.run([*base, "trainer=ddp_cpu", "trainer.devices=2", "trainer.max_steps=4",
+                          f"hydra.run.dir={tmp_path / 'two'}"], cwd=ROOT, capture_output=True, text=True, timeout=900)
+    assert out.returncode == 0, out.stderr[-3000:]
+    checkpoint = tmp_path / "two" / "checkpoints" / "step0000004.ckpt"
+    saved = torch.load(checkpoint, weights_only=True)
+    assert (saved["global_batch"], saved["images_seen"]) == (16, 64)
+    out = subprocess.run([*base, f"ckpt_path={checkpoint}", f"hydra.run.dir={tmp_path / 'one'}"], cwd=ROOT,
+                         capture_output=True, text=True, timeout=900)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "step 4 continues as step 8" in out.stdout + out.stderr
+    last = torch.load(tmp_path / "one" / "checkpoints" / "last.ckpt", weights_only=True)
+    assert (last["global_step"], last["images_seen"], last["global_batch"]) == (12, 96, 8)
+    assert last["optimizer_states"][0]["param_groups"][0]["lr"] == pytest.approx(0.005)
