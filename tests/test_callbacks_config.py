@@ -7,12 +7,13 @@ from pytorch_lightning.callbacks import LearningRateMonitor, ModelCheckpoint, Pr
 
 from elasticface.callbacks.divergence import DivergenceGuard
 from elasticface.callbacks.throughput import Throughput
+from elasticface.checkpointing.images_seen import ImagesSeen
 from elasticface.checkpointing.loader_resume import ResumeLoaderState
 from elasticface.checkpointing.run_checkpoint import RunCheckpoint
 from elasticface.training import required_callbacks
 from elasticface.utils.instantiators import instantiate_callbacks, instantiate_loggers
 
-REQUIRED = (DivergenceGuard, ResumeLoaderState, Throughput, ProgressBar)
+REQUIRED = (DivergenceGuard, ResumeLoaderState, ImagesSeen, Throughput, ProgressBar)
 
 
 def kinds(callbacks):

@@ -20,12 +20,15 @@ from elasticface.heads.registry import HEADS, HeadEntry
 
 @pytest.mark.parametrize("name", sorted(HEADS))
 def test_head_option_names_the_head_and_restates_no_value(name):
-    """The option builds its head through the registry and reads m, s, sigma from it: no number, no argument."""
+    """The option builds its head through the registry and reads m, s, sigma from it; every other constructor
+    argument is the registry's value (a sub-center wrapper's `k` and its base's), so the composed config shows it."""
     entry = HEADS[name]
     option = OmegaConf.create(head_option(name, entry))
     keys = [k for k in ("m", "s", "sigma") if getattr(entry, k) is not None]
     node = OmegaConf.to_container(option.model.head, resolve=False)
-    assert node == {"_target_": "elasticface.heads.build_head", "name": name, **{k: "${%s}" % k for k in keys}}
+    args = {**(entry.base.args if entry.base else {}), **entry.args}
+    assert node == {"_target_": "elasticface.heads.build_head", "name": name, **{k: "${%s}" % k for k in keys},
+                    **args}
     top = {k: v for k, v in OmegaConf.to_container(option, resolve=False).items() if k != "model"}
     assert top == {k: f"${{head_default:{name},{k}}}" for k in keys}
     resolved = OmegaConf.to_container(option, resolve=True)

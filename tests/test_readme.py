@@ -56,14 +56,14 @@ Y1_DIR = "model-y1-test2"
 #: overrides that mean a command needs a GPU, a cluster or data that cannot exist here: composed with --cfg job
 #: (`backbone=iresnet100`: a Hydra job on it takes half an hour of this CPU; its released file still loads
 #: for real in the embed command, see `released_backbone`)
-NEEDS_MORE = ("trainer=gpu", "trainer=ddp", "launcher=slurm", "experiment=ms1mv2", "experiment=casia", "ijb.root=",
-              "backbone=iresnet100")
+NEEDS_MORE = ("trainer=gpu", "trainer=ddp", "launcher=slurm", "experiment=ms1mv2", "experiment=casia",
+              "experiment=released/", "ijb.root=", "backbone=iresnet100")
 #: the official ElasticFace release the README names: the test writes one in its layout (tests/helpers)
 RELEASED = "295672backbone.pth"
 
 
 def needs_more(tokens: list[str]) -> bool:
-    return any(t == word or (word.endswith(("ms1mv2", "casia", "=")) and t.startswith(word))
+    return any(t == word or (word.endswith(("ms1mv2", "casia", "=", "/")) and t.startswith(word))
                for t in tokens for word in NEEDS_MORE)
 #: size overrides appended where a command would take long (the README's values are real-run sizes)
 SIZE = {"hparams_search=elastic_optuna": ["hydra.sweeper.n_trials=2"], "bench": ["SIZE=tiny"],

@@ -218,9 +218,10 @@ class FaceRecognitionModule(pl.LightningModule):
         optimizer = instantiate(self.hparams.optimizer)(params=self.param_groups())
         if not self.hparams.scheduler:
             return optimizer
-        scheduler = instantiate(self.hparams.scheduler)(optimizer=optimizer,
-                                                        total_steps=int(self.trainer.estimated_stepping_batches))
-        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
+        factory = dict(self.hparams.scheduler)
+        interval = factory.pop("interval", "step")  # Lightning's key, not the factory's: when the schedule advances
+        scheduler = instantiate(factory)(optimizer=optimizer, total_steps=int(self.trainer.estimated_stepping_batches))
+        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": interval}}
 
     # -- sharded centres and checkpoints ---------------------------------------------------------------
     _CENTERS_KEY = "classifier.centers.weight"

@@ -2,7 +2,9 @@
 
 Each factory takes the optimizer and the run's total number of optimizer steps (known only once the
 Trainer has seen the data), so a config can give milestones either in steps (the paper's 80k/140k/...)
-or as fractions of the run (portable across dataset sizes and batch sizes).
+or as fractions of the run (portable across dataset sizes and batch sizes). `epoch_multistep` is the released
+ElasticFace code's schedule, advanced once per epoch (its config says `interval: epoch`, which the module hands to
+Lightning); the others advance after every optimizer step.
 """
 
 from __future__ import annotations
@@ -39,6 +41,22 @@ def multistep(
 
     def factor(step: int) -> float:
         return _warmup(step, warmup_steps) * gamma ** sum(step >= p for p in points)
+
+    return LambdaLR(optimizer, factor)
+
+
+def epoch_multistep(
+    optimizer: Optimizer, total_steps: int, milestones: Sequence[int] = (), gamma: float = 0.1
+) -> LambdaLR:
+    """lr × gamma for each milestone m with m - 1 <= epoch (0-based), stepped once per epoch: the released
+    ElasticFace code's `lr_step_func` (config/config.py:50-52) and LambdaLR (train.py:177-178). Milestone m
+    lowers the lr from the start of 0-based epoch m - 1, i.e. after m - 1 full epochs; `total_steps` is unused."""
+    if any(isinstance(m, bool) or not isinstance(m, int) or m < 1 for m in milestones):
+        raise ValueError(f"scheduler.milestones={list(milestones)}: epochs, each an integer >= 1")
+    points = [int(m) - 1 for m in milestones]
+
+    def factor(epoch: int) -> float:
+        return gamma ** sum(epoch >= p for p in points)
 
     return LambdaLR(optimizer, factor)
 

@@ -15,12 +15,14 @@ from pytorch_lightning.callbacks import ProgressBar
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
+from elasticface import batch_scaling
 from elasticface.callbacks.progress import progress_bar
 from elasticface.callbacks.divergence import DivergenceGuard
 from elasticface.callbacks.grad_scaler import GradScalerMonitor
 from elasticface.callbacks.throughput import Throughput
 from elasticface.checkpointing import resume
 from elasticface.checkpointing.atomic_save import AtomicCheckpointIO
+from elasticface.checkpointing.images_seen import ImagesSeen
 from elasticface.checkpointing.loader_resume import ResumeLoaderState
 from elasticface.checkpointing.preemption import Preemption
 from elasticface.data.datamodule import FaceDataModule
@@ -50,6 +52,7 @@ def required_callbacks(cfg: DictConfig, configured: list[pl.Callback]) -> list[p
       `train.skip_nonfinite_steps`); NaN weights never get an accuracy.
     - ResumeLoaderState: a run resumed mid-epoch continues at the checkpoint's batch, not the epoch's first.
     - Throughput: summary.json's images_per_second.
+    - ImagesSeen: a resume on another global batch keeps the schedule in images seen, or warns that it jumps.
     - a progress display while `trainer.enable_progress_bar`: a log line every N steps when stdout is a file.
 
     configs/callbacks/default.yaml lists all of them, so for it this adds nothing.
@@ -64,6 +67,8 @@ def required_callbacks(cfg: DictConfig, configured: list[pl.Callback]) -> list[p
         required.append(ResumeLoaderState())
     if missing(Throughput):
         required.append(Throughput())
+    if missing(ImagesSeen):
+        required.append(ImagesSeen(OmegaConf.select(cfg, batch_scaling.KEY)))
     if cfg.trainer.get("enable_progress_bar", True) and missing(ProgressBar):
         required.append(progress_bar(log_every_n_steps=cfg.trainer.get("log_every_n_steps") or 10))
     return required
@@ -166,6 +171,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
         log.info(format_summary(finished))
         return finished
 
+    batch_scaling.apply(cfg)  # before anything reads optimizer.lr, the milestones or trainer.max_steps
     start, weights = start_backbone(cfg)
     datamodule: FaceDataModule = instantiate(cfg.data)
     datamodule.setup("fit")

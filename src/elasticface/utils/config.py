@@ -9,6 +9,8 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
 PACKAGE_DIR = Path(__file__).resolve().parents[1]
+#: when a schedule advances (Lightning's `interval`): `scheduler.interval`, "step" when absent
+INTERVALS = ("step", "epoch")
 
 
 def config_dir(package_dir: Path = PACKAGE_DIR) -> Path:
@@ -45,6 +47,11 @@ def _numbers_only(cfg: DictConfig, node: str) -> None:
     """
     for key, value in (OmegaConf.select(cfg, node) or {}).items():
         if key in ("_target_", "_partial_") or value is None or isinstance(value, (bool, int, float)):
+            continue
+        if node == "scheduler" and key == "interval":
+            if value not in INTERVALS:
+                raise ValueError(f"scheduler.interval={value!r}: expected one of {list(INTERVALS)} (when the "
+                                 "schedule advances: after every optimizer step, or after every epoch)")
             continue
         items = list(value) if OmegaConf.is_list(value) else [value]
         for item in items:

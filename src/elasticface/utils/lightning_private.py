@@ -106,3 +106,30 @@ def flat_hyperparameters(logger: TensorBoardLogger, params: Mapping[str, Any] | 
 def tensorboard_file_writer(logger: TensorBoardLogger) -> Any:
     """The event-file writer under the logger's SummaryWriter (to add a raw summary proto)."""
     return logger.experiment._get_file_writer()
+
+
+#: where Lightning 2.6's fit loop keeps its optimizer-step counts in a checkpoint (`trainer.global_step` is the first)
+_STEP_COUNTERS = (
+    ("epoch_loop.automatic_optimization.optim_progress", ("optimizer", "step", "total"), ("ready", "completed")),
+    ("epoch_loop.automatic_optimization.optim_progress", ("optimizer", "zero_grad", "total"),
+     ("ready", "completed", "started")),
+    ("epoch_loop.scheduler_progress", ("total",), ("ready", "completed")),
+)
+
+
+def move_step_counters(checkpoint: dict[str, Any], step: int) -> None:
+    """Make a checkpoint resume as optimizer step `step` (global_step, the logging step; the total batch counts in
+    proportion): for a resume whose step means another number of images. The epoch and the batch within it stay."""
+    fit = checkpoint["loops"]["fit_loop"]
+    old = int(checkpoint.get("global_step", 0))
+    checkpoint["global_step"] = step
+    for key, path, fields in _STEP_COUNTERS:
+        node = fit[key]
+        for name in path:
+            node = node[name]
+        for field_name in fields:
+            node[field_name] = step
+    fit["epoch_loop.state_dict"]["_batches_that_stepped"] = step
+    total = fit["epoch_loop.batch_progress"]["total"]
+    for field_name in ("ready", "completed", "started", "processed"):
+        total[field_name] = int(round(total[field_name] * step / old)) if old else step
