@@ -12,7 +12,8 @@ from elasticface.align.template import estimate_norm, norm_crop, warp_affine
 skimage = pytest.importorskip("skimage")
 cv2 = pytest.importorskip("cv2")
 from skimage import data as skdata  # noqa: E402
-from helpers.insightface_align import ARCFACE_DST, insightface_crop, insightface_matrix  # noqa: E402
+from helpers.insightface_align import (  # noqa: E402
+    ARCFACE_DST, OPENCV_KERNEL, assert_opencv_crop, insightface_crop, insightface_matrix)
 
 # astronaut(): eyes, nose tip and mouth corners read off the photo by eye (only a plausible face is needed)
 ASTRONAUT_POINTS = np.array([[181.0, 105.0], [224.0, 102.0], [206.0, 126.0], [186.0, 151.0], [222.0, 149.0]])
@@ -32,16 +33,6 @@ def landmark_cases() -> list[np.ndarray]:
     return cases
 
 
-def assert_opencv_equal(ours: np.ndarray, ref: np.ndarray) -> None:
-    """The issue's bar, mean |difference| <= 0.05 grey level and max 1, and nearly every pixel equal: the crops
-    are bit-identical where OpenCV's kernel uses fused multiply-adds (AVX2, AVX-512, NEON); built without
-    them it rounds twice, and a rare pixel on a rounding tie moves by one."""
-    diff = np.abs(ours.astype(int) - ref.astype(int))
-    assert ours.shape == ref.shape
-    assert diff.max() <= 1 and diff.mean() <= 0.05, (diff.mean(), diff.max())
-    assert (diff != 0).mean() <= 1e-3, (diff != 0).mean()
-
-
 @pytest.mark.parametrize("grey", [False, True], ids=["rgb", "grey"])
 @pytest.mark.parametrize("case", range(16))
 def test_transform_and_pixels_match_insightface_rule(case, grey):
@@ -50,9 +41,10 @@ def test_transform_and_pixels_match_insightface_rule(case, grey):
     if grey:
         image = image.mean(2).astype(np.uint8)
     np.testing.assert_allclose(estimate_norm(landmarks), insightface_matrix(landmarks), atol=1e-4)
-    ours = np.asarray(norm_crop(image, landmarks))
+    ours = np.asarray(norm_crop(image, landmarks, opencv=OPENCV_KERNEL))
     assert ours.shape == ((112, 112) if grey else (112, 112, 3))
-    assert_opencv_equal(ours, insightface_crop(image, landmarks))
+    assert_opencv_crop(ours, insightface_crop(image, landmarks), OPENCV_KERNEL)
+    assert_opencv_crop(np.asarray(norm_crop(image, landmarks)), insightface_crop(image, landmarks))  # the default
 
 
 @pytest.mark.parametrize("size", [112, (96, 112), (40, 30)])
@@ -65,11 +57,11 @@ def test_warp_matches_opencv_on_any_matrix(size):
         image = Image.fromarray(photo).convert(mode)
         for _ in range(4):
             matrix = np.c_[rng.uniform(-1.5, 1.5, (2, 2)), rng.uniform(-300, 300, 2)]
-            out = warp_affine(image, matrix, size)
+            out = warp_affine(image, matrix, size, opencv=OPENCV_KERNEL)
             assert out.mode == mode and out.size == ((size, size) if isinstance(size, int) else size)
             ref = cv2.warpAffine(np.asarray(image), matrix, out.size, flags=cv2.INTER_LINEAR,
                                  borderMode=cv2.BORDER_CONSTANT, borderValue=0)
-            assert_opencv_equal(np.asarray(out), ref)
+            assert_opencv_crop(np.asarray(out), ref, OPENCV_KERNEL)
 
 
 def test_crop_wholly_outside_the_photo_is_black():
@@ -79,6 +71,8 @@ def test_crop_wholly_outside_the_photo_is_black():
 
 
 def test_warp_refuses_what_it_cannot_blend():
+    with pytest.raises(ValueError, match=r"opencv=3; expected one of \(4, 5\)"):
+        warp_affine(Image.new("L", (10, 10)), np.eye(3)[:2], 4, opencv=3)
     with pytest.raises(ValueError, match="mode I;16"):
         warp_affine(Image.new("I;16", (10, 10)), np.eye(3)[:2], 4)
     with pytest.raises(ValueError, match="uint8"):
