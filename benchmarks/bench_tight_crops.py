@@ -72,7 +72,7 @@ def row(name: str, m: dict[str, float]) -> str:
             f"over 0.1 {m['over_0.1']:6.1%}  largest {m['largest']:6.1%}  {m['ms']:6.1f} ms/photo")
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("photos", help="folder of one-face photos, e.g. LFW's images_deepfunneled/")
     parser.add_argument("--count", type=int, default=200)
@@ -80,13 +80,15 @@ def main() -> None:
     parser.add_argument("--pad", type=float, default=PAD, help="the border of the second search (after)")
     parser.add_argument("--batch", type=int, default=16)
     parser.add_argument("--threads", type=int, default=1)
-    args = parser.parse_args()
+    parser.add_argument("--min-face-size", type=int, default=20)
+    args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     rng = np.random.default_rng(args.seed)
     names = list_photos(args.photos)
     chosen = sorted(rng.choice(len(names), min(args.count, len(names)), replace=False))
     photos = [read_photo(os.path.join(args.photos, names[i])) for i in chosen]
-    before, after = MTCNNDetector(pad=0.0), MTCNNDetector(pad=args.pad)
+    before = MTCNNDetector(min_face_size=args.min_face_size, pad=0.0)
+    after = MTCNNDetector(min_face_size=args.min_face_size, pad=args.pad)
 
     reference_faces: list[list[Face]] = []
     for i in range(0, len(photos), args.batch):

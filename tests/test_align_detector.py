@@ -89,6 +89,23 @@ def test_a_face_filling_the_photo_gets_the_landmarks_of_the_loose_photo(detector
     assert not plain or min(np.linalg.norm(f.landmarks + corner - loose.landmarks, axis=1).mean() for f in plain) > 8
 
 
+def test_tight_crop_benchmark_runs(tmp_path, capsys, monkeypatch):
+    """benchmarks/bench_tight_crops.py on two small photos: it prints each tier before and after, and ratios."""
+    from pathlib import Path
+
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    import bench_tight_crops
+
+    photo = Image.fromarray(skdata.astronaut()).resize((256, 256), Image.BILINEAR)
+    (tmp_path / "a").mkdir()
+    photo.save(tmp_path / "a" / "a_0001.jpg")
+    photo.transpose(Image.FLIP_LEFT_RIGHT).save(tmp_path / "a" / "a_0002.jpg")
+    bench_tight_crops.main([str(tmp_path), "--count", "2", "--min-face-size", "40"])
+    printed = capsys.readouterr().out
+    assert "2 photos from" in printed and "a face in 2" in printed
+    assert printed.count("after/before:") == 2 and "tight crops" in printed and "loose crops" in printed
+
+
 def test_no_face_gives_an_empty_list(detector):
     flat = np.full((200, 160, 3), 128, np.uint8)
     assert detector.detect([flat]) == [[]]
