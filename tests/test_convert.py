@@ -79,7 +79,7 @@ def test_pairs_to_bin(folder, tmp_path):
     lst = tmp_path / "pairs.txt"
     lst.write_text("id_a/0.jpg id_a/1.jpg 1\nid_a/2.jpg id_c/big.jpg 0\n")
     stats = pairs_to_bin(str(lst), str(root), str(tmp_path / "mine.bin"))
-    assert stats == {"pairs": 2, "positives": 1}
+    assert stats == {"pairs": 2, "positives": 1, "skipped_pairs": 0}
     ps = load_bin(str(tmp_path / "mine.bin"))
     assert ps.issame.tolist() == [True, False]
     assert ps.raw(0) == files[("id_a", 0)]

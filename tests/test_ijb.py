@@ -80,7 +80,7 @@ def test_alignment_puts_landmarks_on_the_template():
         w = aligned * win
         centroid = np.array([(w * xx).sum(), (w * yy).sum()]) / w.sum()
         np.testing.assert_allclose(centroid, [cx, cy], atol=0.25)
-    # and the PIL warp follows cv2.warpAffine's pixel-centre convention
+    # and the warp follows cv2.warpAffine's pixel-centre convention
     matrix = umeyama(landmarks, template)
     ref = _reference_warp(src.astype(np.uint8).astype(np.float64), matrix, 112)
     got = np.asarray(warp_affine(Image.fromarray(src.astype(np.uint8)), matrix[:2], 112), dtype=np.float64)

@@ -8,6 +8,7 @@ derived from what the test wrote, not from the code under test.
 from __future__ import annotations
 
 import pickle
+import shutil
 from pathlib import Path
 
 import pytest
@@ -63,7 +64,8 @@ def test_split_trains_on_folds_1_to_9_and_verifies_on_fold_10s_600_pairs(lfw, tm
     assert not any(name.startswith("Person_F10_") for name in train_people), "identity-disjoint"
     assert (out / "train" / person(2, 0) / "Person_F2_0_0099.jpg").read_bytes() == smooth_jpeg(999)
     assert report == {"train_identities": 27, "train_images": 27 * IMAGES + 1, "train_people_without_images": 0,
-                      "train_people_in_test_fold": 0, "test_pairs": 600, "test_matched": 300}
+                      "train_people_in_test_fold": 0, "test_pairs": 600, "test_matched": 300,
+                      "test_pairs_dropped": 0}
 
     with open(out / "lfw_fold10.bin", "rb") as f:
         bins, issame = pickle.load(f)
@@ -108,12 +110,42 @@ def test_bad_pairs_txt_names_the_file_and_line(lfw, edit, message):
         read_lfw_pairs(pairs)
 
 
-def test_an_unaligned_or_missing_test_image_is_refused_naming_it(lfw, tmp_path):
+def test_an_unaligned_test_image_is_refused_naming_it(lfw, tmp_path):
     faces, pairs, fold10 = lfw
     first = faces / fold10[0][0]
     first.write_bytes(smooth_jpeg(1, size=250))  # an unaligned LFW photo is 250x250
     with pytest.raises(ValueError, match=rf"{first.name}: a 250x250 JPEG; expected a 112x112 aligned JPEG"):
         split_lfw(faces, pairs, tmp_path / "a")
-    first.unlink()
-    with pytest.raises(FileNotFoundError, match=rf"{first.name}: a fold-10 image is missing"):
-        split_lfw(faces, pairs, tmp_path / "b")
+
+
+def test_missing_photos_are_named_counted_and_the_split_goes_on(lfw, tmp_path, capsys):
+    """A fold-10 pair without its photo leaves the .bin (named, counted, and a loud warning: fewer pairs is not
+    the protocol); a training person without faces leaves training (named, counted)."""
+    faces, pairs, fold10 = lfw
+    gone = faces / fold10[0][0]  # Person_F10_0_0001.jpg: fold 10's matched pairs 1 and 4 (i % 3 == 0, i % 2 == 0)
+    gone.unlink()
+    shutil.rmtree(faces / person(3, 1))
+    assert main([str(faces), str(pairs), str(tmp_path / "split")]) == 0
+    captured = capsys.readouterr()
+    lost = [i for i, (a, b, _) in enumerate(fold10) if fold10[0][0] in (a, b)]
+    lines = captured.err.splitlines()
+    assert lines[:len(lost)] == [f"{gone}: missing; fold 10's pair on {pairs}:{5402 + i} is left out" for i in lost]
+    assert f"WARNING: {len(lost)} of fold 10's 600 pairs were LEFT OUT" in captured.err
+    assert f"{faces / person(3, 1)}: no aligned face of {person(3, 1)} (a training person)" in captured.err
+    assert (f"train_identities=26 train_images={26 * IMAGES} train_people_without_images=1 "
+            f"train_people_in_test_fold=0 test_pairs={600 - len(lost)}") in captured.out
+    assert f"test_pairs_dropped={len(lost)}" in captured.out
+    with open(tmp_path / "split" / "lfw_fold10.bin", "rb") as f:
+        bins, issame = pickle.load(f)
+    kept = [pair for i, pair in enumerate(fold10) if i not in lost]
+    assert issame == [same for _, _, same in kept]
+    assert bins == [(faces / p).read_bytes() for a, b, _ in kept for p in (a, b)]
+
+
+def test_a_folder_without_the_lfw_layout_is_an_error_naming_it(lfw, tmp_path):
+    _, pairs, _ = lfw
+    flat = tmp_path / "flat"
+    flat.mkdir()
+    (flat / "Person_F10_0_0001.jpg").write_bytes(smooth_jpeg(1))  # photos, but not in <Name>/ folders
+    with pytest.raises(FileNotFoundError, match=rf"{flat}: not one of the 30 people .*pairs.txt names has a folder"):
+        split_lfw(flat, pairs, tmp_path / "split")

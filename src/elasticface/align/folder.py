@@ -47,17 +47,39 @@ class AlignSummary:
         return sum(1 for _, p, _ in self.problems if p == problem)
 
 
-def list_photos(src: str, exclude: str | None = None) -> list[str]:
-    """Relative paths of the JPEG/PNG files under `src`, sorted; the output folder is left out if it is inside."""
+def list_photos(src: str, exclude: str | None = None, say: Callable[[str], None] | None = None) -> list[str]:
+    """Relative paths of the JPEG/PNG files under `src`, sorted; the output folder is left out if it is inside.
+
+    Symbolic links to folders and files are followed, as `find -L` does (a dataset is often assembled from
+    links); a link back to a folder already being searched would loop, so it is named through `say` and
+    skipped. A `src` without a single photo is an error that names it."""
     if not os.path.isdir(src):
         raise NotADirectoryError(f"source folder {src} not found")
-    skip = os.path.abspath(exclude) if exclude else None
+    skip = os.path.realpath(exclude) if exclude else None
     found = []
-    for root, dirs, files in os.walk(src):
-        dirs[:] = sorted(d for d in dirs if os.path.abspath(os.path.join(root, d)) != skip)
+    for root, dirs, files in os.walk(src, followlinks=True):
+        ancestors = {os.path.realpath(root)}
+        up = root
+        while os.path.relpath(up, src) != ".":
+            up = os.path.dirname(up)
+            ancestors.add(os.path.realpath(up))
+        keep = []
+        for d in sorted(dirs):
+            real = os.path.realpath(os.path.join(root, d))
+            if real == skip:
+                continue
+            if real in ancestors:
+                if say:
+                    say(f"{os.path.join(root, d)}: a link back to {real}, which is already being searched; skipped")
+                continue
+            keep.append(d)
+        dirs[:] = keep
         for name in files:
             if name.lower().endswith(PHOTO_EXTENSIONS):
                 found.append(os.path.relpath(os.path.join(root, name), src))
+    if not found:
+        raise ValueError(f"source folder {src} holds no JPEG/PNG photo (searched with its sub-folders and links); "
+                         f"expected photos such as {os.path.join(src, 'name', 'photo.jpg')}")
     return sorted(found)
 
 
@@ -124,7 +146,10 @@ def align_folder(
     function making one (called only if a photo needs detecting), or None for the CPU default."""
     if pick not in PICK_RULES:
         raise ValueError(f"unknown pick rule {pick!r}; expected one of {PICK_RULES}")
-    photos = list_photos(src, exclude=out)
+    from tqdm import tqdm
+
+    say = say or (lambda msg: tqdm.write(msg, file=sys.stderr))
+    photos = list_photos(src, exclude=out, say=say)
     os.makedirs(out, exist_ok=True)
     faces_csv, report_csv = os.path.join(out, FACES_CSV), os.path.join(out, REPORT_CSV)
     old_faces = [r for r in _read_rows(faces_csv) if os.path.isfile(os.path.join(out, r["path"]))]
@@ -136,10 +161,7 @@ def align_folder(
     summary = AlignSummary(photos=len(photos), done_before=sum(1 for p in photos if p in done))
     todo = [p for p in photos if p not in done]
 
-    from tqdm import tqdm
-
     bar = tqdm(total=len(todo), unit="photo", desc="align", disable=not progress, file=sys.stderr)
-    say = say or (lambda msg: tqdm.write(msg, file=sys.stderr))
 
     def problem(source: str, kind: str, detail: str) -> None:
         summary.problems.append((source, kind, detail))

@@ -137,10 +137,20 @@ def recordio_to_folder(rec_root: str, out_dir: str, prefix: str = "train", max_c
 def pairs_to_bin(
     pairs_file: str, image_root: str, out_path: str, image_size: int = 112, quality: int = 95
 ) -> dict[str, int]:
-    """A pair list (`path1 path2 0|1`) -> insightface `.bin`; 112x112 JPEGs are stored byte for byte."""
+    """A pair list (`path1 path2 0|1`, LFW's pairs.txt, CFP's protocol) -> insightface `.bin`; 112x112 JPEGs are
+    stored byte for byte. A pair whose photo is missing is left out: one line names it, the count is returned
+    and a warning says that the .bin is then not the benchmark's protocol."""
     from elasticface.data.pair_files import pairs_from_list, write_bin
 
-    pairs = pairs_from_list(pairs_file, image_root, image_size=image_size)
+    skipped: list[str] = []
+    pairs = pairs_from_list(pairs_file, image_root, image_size=image_size, skipped=skipped)
+    for line in skipped:
+        log.warning("%s; pair left out", line)
+    if skipped:
+        total = pairs.num_pairs + len(skipped)
+        log.warning("%d of the %d pairs of %s were LEFT OUT (their photos are missing, listed above): %s holds %d "
+                    "pairs, not the protocol's %d, so its accuracies are not comparable with published ones",
+                    len(skipped), total, pairs_file, out_path, pairs.num_pairs, total)
     images = []
     for i in range(len(pairs)):
         try:
@@ -149,7 +159,7 @@ def pairs_to_bin(
             raise type(exc)(f"{pairs.images[i]}: {exc}") from exc
         images.append(jpeg)
     write_bin(out_path, images, pairs.issame.tolist())
-    return {"pairs": pairs.num_pairs, "positives": int(pairs.issame.sum())}
+    return {"pairs": pairs.num_pairs, "positives": int(pairs.issame.sum()), "skipped_pairs": len(skipped)}
 
 
 def rebuild_index(rec_root: str, prefix: str = "train") -> int:

@@ -15,8 +15,10 @@ Output: `OUT/train/<Name>/...` (every image of each training person, copied) and
 from __future__ import annotations
 
 import shutil
+import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 from PIL import Image
 
@@ -84,9 +86,6 @@ def lfw_image(faces: Path, name: str, n: int) -> Path:
 
 def _aligned_jpeg(path: Path, image_size: int) -> bytes:
     """The file's bytes, after checking (from the header alone, nothing decoded) that it is an aligned face."""
-    if not path.is_file():
-        raise FileNotFoundError(f"{path}: a fold-10 image is missing; align every LFW photo first "
-                                f"(elasticface-align lfw/ faces/)")
     with Image.open(path) as img:
         size, fmt = img.size, img.format
     if size != (image_size, image_size) or fmt != "JPEG":
@@ -95,13 +94,18 @@ def _aligned_jpeg(path: Path, image_size: int) -> bytes:
     return path.read_bytes()
 
 
+def _say(message: str) -> None:
+    print(message, file=sys.stderr)
+
+
 def split_lfw(faces: str | Path, pairs_file: str | Path, out: str | Path, test_fold: int = 10,
-              image_size: int = 112) -> dict[str, int]:
+              image_size: int = 112, say: Callable[[str], None] = _say) -> dict[str, int]:
     """Write `out/train/<Name>/` (the people of every fold but `test_fold`) and `out/lfw_fold<k>.bin`.
 
     A training person also named in the test fold (never, in LFW's own `pairs.txt`) is left out of training
     and counted, so the split stays identity-disjoint; a training person with no folder under `faces` (the
-    aligner found no face) is counted too.
+    aligner found no face) is named through `say` and counted too. A test pair whose photo is missing is left
+    out of the .bin, named and counted, and a warning says that the .bin is then not the protocol's 600 pairs.
     """
     faces, out = Path(faces), Path(out)
     if not faces.is_dir():
@@ -113,12 +117,29 @@ def split_lfw(faces: str | Path, pairs_file: str | Path, out: str | Path, test_f
     test_people = set().union(*(p.names for p in test))
     named = set().union(*(p.names for i, fold in enumerate(folds) if i != test_fold - 1 for p in fold))
     train_people = sorted(named - test_people)
+    if not any((faces / name).is_dir() for name in sorted(named | test_people)):
+        raise FileNotFoundError(f"{faces}: not one of the {len(named | test_people)} people {pairs_file} names has a "
+                                f"folder here; expected LFW's layout of aligned faces, <Name>/<Name>_0001.jpg "
+                                f"(elasticface-align lfw/ faces/ writes it)")
 
     images, issame = [], []
-    for pair in test:
-        images += [_aligned_jpeg(lfw_image(faces, pair.name1, pair.n1), image_size),
-                   _aligned_jpeg(lfw_image(faces, pair.name2, pair.n2), image_size)]
+    first_line = 2 + (test_fold - 1) * len(test)  # pairs.txt's line of the test fold's first pair
+    for k, pair in enumerate(test):
+        paths = [lfw_image(faces, pair.name1, pair.n1), lfw_image(faces, pair.name2, pair.n2)]
+        missing = [p for p in paths if not p.is_file()]
+        if missing:
+            say(f"{missing[0]}: missing; fold {test_fold}'s pair on {pairs_file}:{first_line + k} is left out")
+            continue
+        images += [_aligned_jpeg(p, image_size) for p in paths]
         issame.append(pair.issame)
+    dropped = len(test) - len(issame)
+    if not issame:
+        raise FileNotFoundError(f"{faces}: not one of fold {test_fold}'s {len(test)} pairs has both photos; align "
+                                f"every LFW photo first (elasticface-align lfw/ faces/)")
+    if dropped:
+        say(f"WARNING: {dropped} of fold {test_fold}'s {len(test)} pairs were LEFT OUT (photos missing, listed "
+            f"above): lfw_fold{test_fold}.bin holds {len(issame)} pairs, not the protocol's {len(test)}, so its "
+            f"accuracy is not comparable with published LFW figures")
 
     train_root = out / "train"
     if train_root.exists():
@@ -128,6 +149,7 @@ def split_lfw(faces: str | Path, pairs_file: str | Path, out: str | Path, test_f
         files = sorted(f for f in (faces / name).glob("*") if f.suffix.lower() in IMAGE_SUFFIXES) \
             if (faces / name).is_dir() else []
         if not files:
+            say(f"{faces / name}: no aligned face of {name} (a training person); left out of training")
             missing += 1
             continue
         (train_root / name).mkdir(parents=True)
@@ -137,5 +159,5 @@ def split_lfw(faces: str | Path, pairs_file: str | Path, out: str | Path, test_f
     write_bin(str(out / f"lfw_fold{test_fold}.bin"), images, issame)
     return {"train_identities": len(train_people) - missing, "train_images": copied,
             "train_people_without_images": missing, "train_people_in_test_fold": len(named & test_people),
-            "test_pairs": len(test), "test_matched": sum(issame)}
+            "test_pairs": len(issame), "test_matched": sum(issame), "test_pairs_dropped": dropped}
 

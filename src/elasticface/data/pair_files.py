@@ -214,12 +214,14 @@ def pairs_from_list(
     name: str | None = None,
     image_size: int | None = 112,
     decoder: str = "torchvision",
+    skipped: list[str] | None = None,
 ) -> EncodedPairSet:
     """A pair set from a text file of `path1 path2 0|1` lines (paths relative to `image_root`) or LFW's own
-    `pairs.txt` against an LFW-layout folder (`elasticface.data.pair_lists`)."""
+    `pairs.txt` against an LFW-layout folder (`elasticface.data.pair_lists`). A missing image is an error, or
+    with `skipped` given, its pair is left out and the line naming it appended there."""
     from elasticface.data.pair_lists import read_pair_list
 
     pairs_file, image_root = str(pairs_file), str(image_root)
     name = name or os.path.splitext(os.path.basename(pairs_file))[0]
-    paths, issame = read_pair_list(pairs_file, image_root)
+    paths, issame = read_pair_list(pairs_file, image_root, skipped)
     return EncodedPairSet(name, paths, issame, image_size=image_size, decoder=decoder, source=pairs_file)

@@ -20,6 +20,11 @@ photos in ``Data/Images``' layout (``<id>/frontal/01.jpg``; the original or an a
 
 The order of the lists is kept (CFP: per fold its same pairs, then its different pairs), so the 10 folds of the
 evaluation are the benchmarks' own identity-disjoint folds. Every error names the file and the line.
+
+A photo the list names that is not under the image root is an error, unless the caller passes `skipped`: then
+the pair is left out and one line naming the list's line and the photo is added to `skipped` (a .bin
+converter counts them; the evaluation itself refuses, as fewer pairs is not the benchmark). When not one of
+the photos is there, the image root is not in the list's layout, and that is an error either way.
 """
 
 from __future__ import annotations
@@ -42,56 +47,76 @@ def _lines(path: str) -> list[tuple[int, str]]:
         raise ValueError(f"{path}: not a text pairs list ({err})") from err
 
 
-def read_pair_list(pairs_file: str, image_root: str) -> tuple[list[str], list[bool]]:
+def read_pair_list(pairs_file: str, image_root: str,
+                   skipped: list[str] | None = None) -> tuple[list[str], list[bool]]:
     """``(paths, issame)`` of a pairs list: 2P image paths (pair i is ``paths[2i], paths[2i+1]``) and P labels.
 
     The format is told by the first line: an LFW header, or a ``path1 path2 0|1`` line (paths relative to
-    ``image_root``); a CFP split folder (``Protocol/Split/FP``) is read as CFP's protocol. Every image must exist.
+    ``image_root``); a CFP split folder (``Protocol/Split/FP``) is read as CFP's protocol. Every image must exist;
+    with `skipped` given, a pair with a missing image is left out instead and its line appended to it.
     """
     pairs_file, image_root = str(pairs_file), str(image_root)
+    lost: list[str] = []
     if os.path.isdir(pairs_file) and os.path.isfile(os.path.join(pairs_file, "01", "same.txt")):
-        return _cfp(pairs_file, image_root)
-    if not os.path.isfile(pairs_file):
+        paths, issame = _cfp(pairs_file, image_root, lost)
+    elif not os.path.isfile(pairs_file):
         raise FileNotFoundError(f"pairs file {pairs_file} not found; expected lines 'path1 path2 0|1' or LFW's "
                                 f"pairs.txt")
-    lines = _lines(pairs_file)
-    if lines and _HEADER.match(lines[0][1]):
-        return _lfw(pairs_file, image_root, lines)
-    return _plain(pairs_file, image_root, lines)
+    else:
+        lines = _lines(pairs_file)
+        if lines and _HEADER.match(lines[0][1]):
+            paths, issame = _lfw(pairs_file, image_root, lines, lost)
+        else:
+            paths, issame = _plain(pairs_file, image_root, lines, lost)
+    if lost and not issame:
+        raise FileNotFoundError(f"{image_root}: not one photo of the {len(lost)} pairs {pairs_file} names is there "
+                                f"(the first: {lost[0]}); is it the folder of these photos, in the list's layout?")
+    if lost and skipped is None:
+        raise FileNotFoundError(lost[0])
+    if skipped is not None:
+        skipped.extend(lost)
+    return paths, issame
 
 
-def _plain(pairs_file: str, image_root: str, lines: list[tuple[int, str]]) -> tuple[list[str], list[bool]]:
+def _pair(lost: list[str], paths: list[str], issame: list[bool], found: list[str | None], messages: list[str],
+          same: bool) -> None:
+    """Append the pair if both photos were found, else note the first missing photo's line in `lost`."""
+    missing = [m for f, m in zip(found, messages) if f is None]
+    if missing:
+        lost.append(missing[0])
+        return
+    paths.extend(f for f in found if f is not None)
+    issame.append(same)
+
+
+def _plain(pairs_file: str, image_root: str, lines: list[tuple[int, str]],
+           lost: list[str]) -> tuple[list[str], list[bool]]:
     paths: list[str] = []
     issame: list[bool] = []
     for lineno, line in lines:
         parts = line.split()
         if len(parts) != 3 or parts[2] not in ("0", "1"):
             raise ValueError(f"{pairs_file}:{lineno}: expected 'path1 path2 0|1', got {line[:120]!r}")
-        for p in parts[:2]:
-            full = p if os.path.isabs(p) else os.path.join(image_root, p)
-            if not os.path.isfile(full):
-                raise FileNotFoundError(
-                    f"{pairs_file}:{lineno}: image {full} not found (paths are relative to {image_root})"
-                )
-            paths.append(full)
-        issame.append(parts[2] == "1")
-    if not issame:
+        full = [p if os.path.isabs(p) else os.path.join(image_root, p) for p in parts[:2]]
+        _pair(lost, paths, issame, [f if os.path.isfile(f) else None for f in full],
+              [f"{pairs_file}:{lineno}: image {f} not found (paths are relative to {image_root})" for f in full],
+              parts[2] == "1")
+    if not issame and not lost:
         raise ValueError(f"pairs file {pairs_file} lists no pairs; expected lines 'path1 path2 0|1'")
     return paths, issame
 
 
-def _lfw_photo(pairs_file: str, lineno: int, image_root: str, name: str, number: str) -> str:
+def _lfw_photo(pairs_file: str, lineno: int, image_root: str, name: str, number: str) -> tuple[str | None, str]:
+    """The photo's path (None when it is missing) and the line that says it is missing."""
     if not number.isdigit() or int(number) < 1:
         raise ValueError(f"{pairs_file}:{lineno}: photo number {number!r} of {name} is not a positive integer")
     stem = os.path.join(image_root, name, f"{name}_{int(number):04d}")
-    found = _existing(stem + ".jpg")
-    if found is not None:
-        return found
-    raise FileNotFoundError(f"{pairs_file}:{lineno}: photo {stem}.jpg not found (LFW layout: "
-                            f"<image_root>/<name>/<name>_<nnnn>.jpg, image_root {image_root})")
+    return _existing(stem + ".jpg"), (f"{pairs_file}:{lineno}: photo {stem}.jpg not found (LFW layout: "
+                                      f"<image_root>/<name>/<name>_<nnnn>.jpg, image_root {image_root})")
 
 
-def _lfw(pairs_file: str, image_root: str, lines: list[tuple[int, str]]) -> tuple[list[str], list[bool]]:
+def _lfw(pairs_file: str, image_root: str, lines: list[tuple[int, str]],
+         lost: list[str]) -> tuple[list[str], list[bool]]:
     header = _HEADER.match(lines[0][1])
     assert header is not None
     folds, per_fold = (int(header.group(1)), int(header.group(2))) if header.group(2) else (1, int(header.group(1)))
@@ -108,17 +133,15 @@ def _lfw(pairs_file: str, image_root: str, lines: list[tuple[int, str]]) -> tupl
         matched = within < per_fold
         parts = line.split()
         if matched and len(parts) == 3:
-            name, first, second = parts
-            paths += [_lfw_photo(pairs_file, lineno, image_root, name, first),
-                      _lfw_photo(pairs_file, lineno, image_root, name, second)]
+            photos = [(parts[0], parts[1]), (parts[0], parts[2])]
         elif not matched and len(parts) == 4:
-            paths += [_lfw_photo(pairs_file, lineno, image_root, parts[0], parts[1]),
-                      _lfw_photo(pairs_file, lineno, image_root, parts[2], parts[3])]
+            photos = [(parts[0], parts[1]), (parts[2], parts[3])]
         else:
             want = "a matched pair 'name n1 n2'" if matched else "a mismatched pair 'name1 n1 name2 n2'"
             raise ValueError(f"{pairs_file}:{lineno}: expected {want} (fold {fold + 1}, pair {within + 1} of "
                              f"{2 * per_fold}), got {line[:120]!r}")
-        issame.append(matched)
+        found = [_lfw_photo(pairs_file, lineno, image_root, name, number) for name, number in photos]
+        _pair(lost, paths, issame, [f for f, _ in found], [m for _, m in found], matched)
     return paths, issame
 
 
@@ -148,7 +171,7 @@ def _cfp_photos(list_file: str, protocol: str, image_root: str) -> dict[int, str
     return photos
 
 
-def _cfp(split_dir: str, image_root: str) -> tuple[list[str], list[bool]]:
+def _cfp(split_dir: str, image_root: str, lost: list[str]) -> tuple[list[str], list[bool]]:
     protocol = os.path.normpath(os.path.join(split_dir, "..", ".."))
     frontal_list = os.path.join(protocol, "Pair_list_F.txt")
     frontal = _cfp_photos(frontal_list, protocol, image_root)
@@ -173,12 +196,9 @@ def _cfp(split_dir: str, image_root: str) -> tuple[list[str], list[bool]]:
                 for index, table, name in sides:
                     if index not in table:
                         raise ValueError(f"{list_path}:{lineno}: photo index {index} is not in {name}")
-                    found = _existing(table[index])
-                    if found is None:
-                        raise FileNotFoundError(f"{list_path}:{lineno}: photo {table[index]} not found (image root "
-                                                f"{image_root}, in the layout of CFP's Data/Images)")
-                    paths.append(found)
-                issame.append(same)
-    if not issame:
+                _pair(lost, paths, issame, [_existing(table[index]) for index, table, _ in sides],
+                      [f"{list_path}:{lineno}: photo {table[index]} not found (image root {image_root}, in the "
+                       f"layout of CFP's Data/Images)" for index, table, _ in sides], same)
+    if not issame and not lost:
         raise ValueError(f"{split_dir}: the CFP split lists no pairs")
     return paths, issame
