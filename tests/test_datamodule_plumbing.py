@@ -108,3 +108,24 @@ def test_augment_applies_to_training_batches_only():
     assert torch.allclose(out[:, 0], out[:, 2])
     T.training = False
     assert torch.equal(dm.on_after_batch_transfer((images, torch.tensor([0, 1])), 0)[0], normalize(images))
+
+
+def _load_in_a_sweep_job(num_workers: int) -> list[int]:
+    """What a job of `python train.py -m launcher=joblib` does: a DataLoader with workers, inside a loky process."""
+    import torch
+    from torch.utils.data import DataLoader
+
+    from elasticface.data.datamodule import worker_start_context
+
+    loader = DataLoader(list(range(6)), batch_size=2, num_workers=num_workers,
+                        multiprocessing_context=worker_start_context(num_workers))
+    return [int(x) for batch in loader for x in torch.as_tensor(batch)]
+
+
+def test_loader_workers_start_inside_a_joblib_sweep_job():
+    """loky makes itself the default start method in its workers, and cannot start a DataLoader's workers
+    ('Process' object has no attribute 'env'): every launcher=joblib run with data.num_workers > 0 failed."""
+    from joblib import Parallel, delayed
+
+    assert Parallel(n_jobs=1, backend="loky")(delayed(_load_in_a_sweep_job)(1) for _ in range(1)) == [list(range(6))]
+    assert Parallel(n_jobs=1, backend="loky")(delayed(_load_in_a_sweep_job)(0) for _ in range(1)) == [list(range(6))]

@@ -13,6 +13,7 @@ step's checkpoint sees the same samples, flips and margins as the run that was n
 from __future__ import annotations
 
 import logging
+import multiprocessing
 import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -50,6 +51,16 @@ def collate_faces(samples: Sequence[tuple[torch.Tensor, int] | DroppedRecord | N
     images = torch.stack([s[0] for s in kept])
     labels = torch.as_tensor([int(s[1]) for s in kept], dtype=torch.long)
     return images, labels, skipped, dropped
+
+
+def worker_start_context(num_workers: int) -> Any:
+    """How loader workers start: Python's own default, also inside a job of a joblib sweep (launcher=joblib),
+    whose worker processes make loky the default start method, and loky cannot start a DataLoader's workers
+    ("'Process' object has no attribute 'env'"). None (torch's choice) wherever the default is a standard one."""
+    method = multiprocessing.get_start_method(allow_none=True)
+    if num_workers == 0 or method is None or method in multiprocessing.get_all_start_methods():
+        return None
+    return multiprocessing.get_context(multiprocessing.get_all_start_methods()[0])
 
 
 class FaceDataModule(pl.LightningDataModule):
@@ -141,7 +152,8 @@ class FaceDataModule(pl.LightningDataModule):
 
     def loader_kwargs(self) -> dict[str, Any]:
         return dict(num_workers=self.num_workers, pin_memory=self.pin_memory,
-                    persistent_workers=self.persistent_workers)
+                    persistent_workers=self.persistent_workers,
+                    multiprocessing_context=worker_start_context(self.num_workers))
 
     def rank_and_world(self) -> tuple[int, int]:
         """(rank, world size) of the trainer's processes, as `distributed.rank_and_world` orders them; (0, 1) alone."""
