@@ -127,5 +127,6 @@ def test_loader_workers_start_inside_a_joblib_sweep_job():
     ('Process' object has no attribute 'env'): every launcher=joblib run with data.num_workers > 0 failed."""
     from joblib import Parallel, delayed
 
-    assert Parallel(n_jobs=1, backend="loky")(delayed(_load_in_a_sweep_job)(1) for _ in range(1)) == [list(range(6))]
-    assert Parallel(n_jobs=1, backend="loky")(delayed(_load_in_a_sweep_job)(0) for _ in range(1)) == [list(range(6))]
+    for workers in (1, 0):  # two jobs: joblib runs a single one in this process, not in loky
+        jobs = Parallel(n_jobs=2, backend="loky")(delayed(_load_in_a_sweep_job)(workers) for _ in range(2))
+        assert jobs == [list(range(6))] * 2
