@@ -20,6 +20,9 @@ from helpers.images import smooth_jpeg
 from conftest import compose_train
 
 PEOPLE_PER_FOLD, IMAGES = 3, 3
+# fold 10's 300 matched (0-299) and 300 mismatched (300-599) pairs as the .bin holds them: runs of 30 in turn, so
+# that each of the verification protocol's 10 contiguous folds is half matched (LFW's own folds are 300 + 300)
+PROTOCOL_ORDER = [i for k in range(10) for i in [*range(30 * k, 30 * k + 30), *range(300 + 30 * k, 330 + 30 * k)]]
 
 
 def person(fold: int, k: int) -> str:
@@ -69,9 +72,12 @@ def test_split_trains_on_folds_1_to_9_and_verifies_on_fold_10s_600_pairs(lfw, tm
 
     with open(out / "lfw_fold10.bin", "rb") as f:
         bins, issame = pickle.load(f)
-    assert issame == [same for _, _, same in fold10] and len(issame) == 600
-    expected = [(faces / p).read_bytes() for a, b, _ in fold10 for p in (a, b)]
-    assert bins == expected, "fold 10's aligned JPEGs, byte for byte, in pairs.txt order"
+    order = [fold10[i] for i in PROTOCOL_ORDER]
+    assert issame == [same for _, _, same in order] and len(issame) == 600
+    expected = [(faces / p).read_bytes() for a, b, _ in order for p in (a, b)]
+    assert bins == expected, "fold 10's aligned JPEGs, byte for byte, matched and mismatched runs of 30 dealt in turn"
+    # the protocol's 10 contiguous folds (60 pairs each) are each half matched, as LFW's own folds are
+    assert [sum(issame[60 * k:60 * (k + 1)]) for k in range(10)] == [30] * 10
 
 
 def test_the_experiment_trains_on_the_split_and_verifies_on_fold_10(lfw, tmp_path, capsys):
@@ -137,7 +143,7 @@ def test_missing_photos_are_named_counted_and_the_split_goes_on(lfw, tmp_path, c
     assert f"test_pairs_dropped={len(lost)}" in captured.out
     with open(tmp_path / "split" / "lfw_fold10.bin", "rb") as f:
         bins, issame = pickle.load(f)
-    kept = [pair for i, pair in enumerate(fold10) if i not in lost]
+    kept = [fold10[i] for i in PROTOCOL_ORDER if i not in lost]
     assert issame == [same for _, _, same in kept]
     assert bins == [(faces / p).read_bytes() for a, b, _ in kept for p in (a, b)]
 

@@ -43,6 +43,7 @@ SKIP = {
     "make docs": "installs the docs extra and builds the site; CI runs it after the tests (.ci/run)",
     "curl": "a download (no network in the tests); tests/test_untrusted_files.py opens such files locally",
     "nvidia-smi": "needs an NVIDIA driver",
+    "git": "fetches public data over the network (docs/lfw.md: LFW's photos); no network in the tests",
     "cp": "copies the local config example; tests/test_local_config.py composes train and eval with that copy",
     "bash benchmarks/gpu_suite.sh": "tests/test_gpu_suite.py runs the page's `--device cpu` command and checks its "
     "figures; without `--device cpu` it needs a lent GPU and an arcface_torch checkout",
@@ -50,7 +51,9 @@ SKIP = {
 #: placeholders for public data the user fetches (LFW's and CFP's photos, insightface's y1 model): not ours to ship.
 #: Their readers are tested on files in the same layouts (tests/test_lfw_pairs.py, tests/test_mxnet_zoo.py,
 #: tests/test_lfw_split.py); the commands on them are classified here and skipped, naming the data.
-FETCHED_DATA = ("lfw/", "lfw_aligned/", "cfp-dataset/", "LFW_PHOTOS", "data.val_root=bins")
+FETCHED_DATA = ("lfw/", "lfw_aligned/", "cfp-dataset/", "LFW_PHOTOS", "data.val_root=bins",
+                # the LFW split made from those photos, and the benchmark's sweep folder trained on it
+                "lfw_split", "logs/lfw_fold10/")
 #: insightface's y1 as its zip unpacks: the test puts there the small y1 that MXNet itself wrote (tests/data/mxnet)
 Y1_DIR = "model-y1-test2"
 #: overrides that mean a command needs a GPU, a cluster or data that cannot exist here: composed with --cfg job
