@@ -80,7 +80,7 @@ def _final_by_seed(row: Any) -> dict[Any, float]:
 
 
 def _difference(d: Paired) -> str:
-    return (f"{100 * d.mean:+.2f}" + ("" if d.std is None else f" ± {100 * d.std:.2f}")
+    return (f"{round(100 * d.mean, 2) + 0.0:+.2f}" + ("" if d.std is None else f" ± {100 * d.std:.2f}")  # no -0.00
             + ("" if d.half_width is None else f" [±{100 * d.half_width:.2f}]")
             + f", n={d.n}" + (" *" if d.distinguishable else ""))
 
