@@ -55,7 +55,7 @@ def fit_eigenfaces(train_set: Any, components: int = EIGENFACE_COMPONENTS, pool:
     n = len(train_set)
     if n < 2:
         raise ValueError(f"eigenfaces need at least 2 training images, the training set has {n}")
-    step = max(1, n // max_images)
+    step = -(-n // max_images)  # ceil: at most max_images rows
     rows = []
     for i in range(0, n, step):
         item = train_set[i]
