@@ -38,7 +38,9 @@ DATA = {"recordio": ["data.root={base}/data/faces_emore"],
         "folder_bin": ["data.root={base}/data/my_faces", "data.val_root={base}/data/faces_emore"]}
 #: experiments that need photos the tests do not have (LFW's): composed only (tests/test_lfw_split.py builds
 #: a synthetic split and its data module)
-NEEDS_PHOTOS = {"lfw_fold10": ["data.root={base}/data/lfw_split"]}
+NEEDS_PHOTOS = {"lfw_fold10": ["data.root={base}/data/lfw_split"],
+                "lfw_y1_finetune": ["data.root={base}/data/lfw_split",
+                                    "weights={base}/model-y1-test2/model-0000.params"]}
 
 
 def options() -> list[tuple[str, str]]:

@@ -166,3 +166,16 @@ def test_unknown_timm_model_name_suggests_close_matches(tiny_cfg):
 
     with pytest.raises(Exception, match="iresnet50"):
         run(tiny_cfg("model.backbone.name=iresnet5O"))
+
+
+
+def test_a_value_left_mandatory_is_named_at_start_up():
+    """`???` (a data root) stops the run before anything is read, naming the key (cfg.get() reads it as None);
+    a fine-tune config without the file it starts from likewise."""
+    from elasticface.utils.config import validate_top_level
+
+    with pytest.raises(ValueError, match=r"^data\.root: this config needs a value; .* e\.g\. data\.root=\.\.\."):
+        validate_top_level(compose_train(["data=folder"]))
+    with pytest.raises(ValueError, match=r"^model\.freeze_backbone_bn=true keeps .* no weights= names the file"):
+        validate_top_level(compose_train(["experiment=lfw_y1_finetune", "data.root=lfw_split"]))
+    validate_top_level(compose_train(["experiment=lfw_y1_finetune", "data.root=lfw_split", "weights=y1.params"]))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import json
+import logging
 import subprocess
 import sys
 
@@ -83,14 +84,14 @@ def test_eval_without_sources_is_a_clear_error(tmp_path):
         evaluate(compose_eval(["weights=x.pt"]), output_dir=str(tmp_path))
 
 
-def _tiny_checkpoint(path):
+def _tiny_checkpoint(path, *overrides):
     """A FaceRecognitionModule checkpoint built from the tiny training config (no training)."""
     import pytorch_lightning as pl
     from conftest import compose_train
 
     from elasticface.training import build_module
 
-    cfg = compose_train(["model.embedding_size=32"])
+    cfg = compose_train(["model.embedding_size=32", *overrides])
     module = build_module(cfg, num_classes=8)
     torch.save({"state_dict": module.state_dict(), "hyper_parameters": dict(module.hparams),
                 "pytorch-lightning_version": pl.__version__}, path)
@@ -141,6 +142,22 @@ def test_eval_and_export_from_checkpoint(eval_data, tmp_path):
     with torch.no_grad():
         want = module.eval().embed(x).numpy()
     np.testing.assert_allclose(got, want, atol=1e-3)
+
+
+def test_eval_of_a_checkpoint_trained_at_56_pixels_resizes_to_56(eval_data, tmp_path, caplog):
+    """experiment=lfw_fold10 trains at data.image_size=56: eval.py on its checkpoint, with no data.image_size, feeds
+    56x56 faces (the backbone's FC expects them; 112 failed with a shape error) and says so."""
+    from elasticface.eval.run import evaluate
+
+    ckpt = str(tmp_path / "tiny56.ckpt")
+    _tiny_checkpoint(ckpt, "experiment=lfw_fold10", "data.root=unused")
+    base = [f"weights={ckpt}", f"data.val_root={eval_data / 'bins'}", "data.val_sets=[lfw]", "device=cpu",
+            "num_workers=0", "plots=false"]
+    with caplog.at_level(logging.INFO):
+        rows = evaluate(compose_eval(base), output_dir=str(tmp_path / "a"))
+    assert rows[0]["pairs"] == 20 and "faces resized to 56x56" in caplog.text
+    with pytest.raises(RuntimeError, match="shape"):  # an explicit size is used as given
+        evaluate(compose_eval(base + ["data.image_size=112"]), output_dir=str(tmp_path / "b"))
 
 
 def test_eval_help_lists_only_the_groups_eval_reads():

@@ -155,3 +155,26 @@ def test_a_folder_without_the_lfw_layout_is_an_error_naming_it(lfw, tmp_path):
     (flat / "Person_F10_0_0001.jpg").write_bytes(smooth_jpeg(1))  # photos, but not in <Name>/ folders
     with pytest.raises(FileNotFoundError, match=rf"{flat}: not one of the 30 people .*pairs.txt names has a folder"):
         split_lfw(flat, pairs, tmp_path / "split")
+
+
+@pytest.mark.slow
+def test_y1_fine_tune_scores_the_released_weights_before_its_first_step(lfw, tmp_path):
+    """experiment=lfw_y1_finetune on a split, from a y1-layout MXNet file (random weights written by MXNet 1.9.1):
+    the run's baseline/start_acc is what eval.py scores for the same file on the same fold-10 .bin."""
+    from conftest import ROOT, compose_eval
+
+    from elasticface.eval.run import evaluate
+    from elasticface.training import run
+
+    faces, pairs, _ = lfw
+    assert main([str(faces), str(pairs), str(tmp_path / "split")]) == 0
+    # a copy: eval stores its thresholds beside the model file
+    y1 = shutil.copytree(ROOT / "tests" / "data" / "mxnet" / "y1", tmp_path / "y1") / "model-0000.params"
+    summary = run(compose_train(["experiment=lfw_y1_finetune", f"data.root={tmp_path / 'split'}", f"weights={y1}",
+                                 "trainer.max_epochs=1", "logger=[]", "data.num_workers=0", "model.compile=false"],
+                                tmp_path / "run"))
+    assert summary["backbone"] == "mobilefacenet_y1" and summary["head"] == "elastic_arc"
+    assert summary["weights"]["layout"].endswith("128-d embedding") and summary["global_step"] == 1
+    rows = evaluate(compose_eval([f"weights={y1}", f"data.val_root={tmp_path / 'split'}", "data.val_sets=[lfw_fold10]",
+                                  "device=cpu", "num_workers=0", "plots=false"]), output_dir=str(tmp_path / "eval"))
+    assert summary["baseline/start_acc_per_set"] == {"lfw_fold10": rows[0]["acc"]}

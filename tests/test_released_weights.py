@@ -247,7 +247,10 @@ def test_eval_refuses_a_bad_file_before_reading_data(tmp_path):
 
 def test_finetune_from_file_frozen_bn_and_backbone_lr(tiny_cfg, tmp_path):
     """weights= starts the backbone from the file; backbone_lr_scale=0 and freeze_backbone_bn keep every backbone
-    tensor as loaded while the class centres train; summary.json records the file and its SHA-256."""
+    tensor as loaded while the class centres train; summary.json records the file and its SHA-256, and the loaded
+    weights' accuracy before the first step (baseline/start_acc), which the unchanged backbone must score again
+    through training's own validation loop."""
+    from elasticface.run_summary import format_summary
     from elasticface.training import run
 
     path = _tiny_file(tmp_path, prefix="module.", seed=5)
@@ -258,6 +261,9 @@ def test_finetune_from_file_frozen_bn_and_backbone_lr(tiny_cfg, tmp_path):
     assert summary["weights"]["file"] == path and summary["weights"]["prefix_removed"] == "module."
     saved = json.loads((Path(cfg.paths.output_dir) / "summary.json").read_text())
     assert saved["weights"]["sha256"] == summary["weights"]["sha256"]
+    assert saved["baseline/start_acc"] == saved["val/acc_mean"]["final"] == saved["val/sets"]["synthetic"]
+    assert saved["baseline/start_acc_per_set"] == {"synthetic": saved["baseline/start_acc"]}
+    assert "change from the loaded weights: +0.00 points" in format_summary(saved)
     ckpt = torch.load(summary["last_checkpoint"], map_location="cpu", weights_only=False)
     released = torch.load(path, weights_only=True)
     for key, value in released.items():

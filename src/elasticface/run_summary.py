@@ -17,10 +17,13 @@ from elasticface.module import FaceRecognitionModule
 log = logging.getLogger(__name__)
 
 
-def make_summary(cfg: DictConfig, trainer: pl.Trainer, model: FaceRecognitionModule, baselines: dict[str, float],
-                 train_seconds: float, throughput: Throughput, params: dict[str, Any],
-                 eigenfaces: dict[str, float] | None = None) -> dict[str, Any]:
-    """`baselines`: raw-pixel accuracy per set; `eigenfaces`: the eigenface baseline's, when the run scored it."""
+BASELINES = ("pixel", "eigenface", "start")  # raw pixels, eigenfaces, the loaded weights before training
+
+
+def make_summary(cfg: DictConfig, trainer: pl.Trainer, model: FaceRecognitionModule,
+                 baselines: dict[str, dict[str, float]], train_seconds: float, throughput: Throughput,
+                 params: dict[str, Any]) -> dict[str, Any]:
+    """`baselines`: accuracy per set of each baseline the run scored, by kind (BASELINES)."""
     metrics = {k: float(v) for k, v in trainer.callback_metrics.items() if k.startswith("val/")}
     best = float(model.best_acc_mean)
     finite = not nonfinite_weights(model)
@@ -34,10 +37,6 @@ def make_summary(cfg: DictConfig, trainer: pl.Trainer, model: FaceRecognitionMod
     summary: dict[str, Any] = {
         "val/acc_mean": {"best": best, "final": metrics.get("val/acc_mean")},
         "val/sets": {name: metrics.get(f"val/{name}/acc") for name in model.val_metrics},
-        "baseline/pixel_acc": (sum(baselines.values()) / len(baselines)) if baselines else None,
-        "baseline/pixel_acc_per_set": baselines,
-        "baseline/eigenface_acc": (sum(eigenfaces.values()) / len(eigenfaces)) if eigenfaces else None,
-        "baseline/eigenface_acc_per_set": eigenfaces or {},
         "train_seconds": train_seconds,
         "images_per_second": throughput.images_per_second,
         "global_step": trainer.global_step,
@@ -54,6 +53,10 @@ def make_summary(cfg: DictConfig, trainer: pl.Trainer, model: FaceRecognitionMod
         "best_checkpoint_acc": float(best_score) if best_score is not None else None,
         "output_dir": str(cfg.paths.output_dir),
     }
+    for kind in BASELINES:
+        per_set = baselines.get(kind) or {}
+        summary[f"baseline/{kind}_acc"] = sum(per_set.values()) / len(per_set) if per_set else None
+        summary[f"baseline/{kind}_acc_per_set"] = per_set
     return summary
 
 
@@ -74,11 +77,16 @@ def format_summary(summary: dict[str, Any]) -> str:
     for name, value in summary["val/sets"].items():
         base = summary["baseline/pixel_acc_per_set"].get(name)
         eigen = summary.get("baseline/eigenface_acc_per_set", {}).get(name)
+        start = summary.get("baseline/start_acc_per_set", {}).get(name)
         lines.append(f"   {name:<16} model {pct(value):>8}   raw-pixel baseline {pct(base):>8}"
-                     + (f"   eigenfaces {pct(eigen):>8}" if eigen is not None else ""))
+                     + (f"   eigenfaces {pct(eigen):>8}" if eigen is not None else "")
+                     + (f"   loaded weights {pct(start):>8}" if start is not None else ""))
     lines.append(f"   {'mean':<16} model {pct(acc['final']):>8}   (best {pct(acc['best'])})   "
                  f"baseline {pct(summary['baseline/pixel_acc'])}")
     if acc["final"] is not None and summary["baseline/pixel_acc"] is not None:
         lines.append(f"   gain over raw pixels: {100 * (acc['final'] - summary['baseline/pixel_acc']):+.2f} points")
+    if acc["final"] is not None and summary.get("baseline/start_acc") is not None:
+        lines.append(f"   change from the loaded weights: {100 * (acc['final'] - summary['baseline/start_acc']):+.2f} "
+                     f"points (best {100 * (acc['best'] - summary['baseline/start_acc']):+.2f})")
     lines += [f" outputs: {summary['output_dir']}  (summary.json, checkpoints/)", "=" * 64]
     return "\n".join(lines)

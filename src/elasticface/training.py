@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -26,7 +27,7 @@ from elasticface.checkpointing.images_seen import ImagesSeen
 from elasticface.checkpointing.loader_resume import ResumeLoaderState
 from elasticface.checkpointing.preemption import Preemption
 from elasticface.data.datamodule import FaceDataModule
-from elasticface.eval.baselines import eigenface_baseline, pixel_baseline
+from elasticface.eval.baselines import eigenface_baseline, pixel_baseline, start_weights_baseline
 from elasticface.module import FaceRecognitionModule
 from elasticface.run_summary import format_summary, make_summary
 from elasticface.utils.config import flatten, group_choices, validate_top_level
@@ -145,6 +146,13 @@ def start_backbone(cfg: DictConfig) -> tuple[torch.nn.Module | None, dict[str, A
     return backbone, report.as_dict()
 
 
+def baseline_device(cfg: DictConfig) -> str:
+    """Where a baseline embeds before training starts: this process's GPU when the run trains on GPUs."""
+    if torch.cuda.is_available() and str(OmegaConf.select(cfg, "trainer.accelerator", default="auto")) != "cpu":
+        return f"cuda:{int(os.environ.get('LOCAL_RANK', 0))}"
+    return "cpu"
+
+
 def hyperparameters(cfg: DictConfig) -> dict[str, Any]:
     """The resolved config, flattened, with the sweep axes (m, s, sigma) and the group choices up front."""
     params: dict[str, Any] = {"m": cfg.get("m"), "s": cfg.get("s"), "sigma": cfg.get("sigma"), "seed": cfg.get("seed")}
@@ -184,12 +192,16 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     for logger in trainer.loggers:
         logger.log_hyperparams(params)
 
-    baselines, eigenfaces = {}, {}
+    baselines: dict[str, dict[str, float]] = {}
     if cfg.get("pixel_baseline"):
-        baselines = {name: pixel_baseline(pairs) for name, pairs in datamodule.val_sets.items()}
+        baselines["pixel"] = {name: pixel_baseline(pairs) for name, pairs in datamodule.val_sets.items()}
     if cfg.get("eigenface_baseline") and datamodule.val_sets:
-        eigenfaces = {name: eigenface_baseline(datamodule.train_set, pairs)
-                      for name, pairs in datamodule.val_sets.items()}
+        baselines["eigenface"] = {name: eigenface_baseline(datamodule.train_set, pairs)
+                                  for name, pairs in datamodule.val_sets.items()}
+    if weights is not None and datamodule.val_sets:  # a fine-tune: where it starts from, on its own pairs
+        device = baseline_device(cfg)
+        baselines["start"] = {name: start_weights_baseline(model.backbone, pairs, model.hparams.val_flip, device)
+                              for name, pairs in datamodule.val_sets.items()}
 
     started = time.perf_counter()
     trainer.fit(model, datamodule=datamodule, ckpt_path=ckpt_path)
@@ -203,7 +215,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
         trainer.validate(model, datamodule=datamodule, verbose=False)
     train_seconds = time.perf_counter() - started
 
-    summary = make_summary(cfg, trainer, model, baselines, train_seconds, throughput, params, eigenfaces)
+    summary = make_summary(cfg, trainer, model, baselines, train_seconds, throughput, params)
     summary["weights"] = weights  # the file the backbone started from, with its SHA-256 (None: random init)
     if trainer.is_global_zero:
         (output_dir / "summary.json").write_text(json.dumps(summary, indent=2, default=str))

@@ -1,9 +1,10 @@
-"""What a model must beat on the same pairs: raw pixels and eigenfaces, scored by the verification protocol.
+"""What a model must beat on the same pairs: raw pixels, eigenfaces and, for a fine-tune, the weights it starts
+from, scored by the verification protocol.
 
-Both embed with the protocol's own loop (training normalisation, no flip) and score with the same 10 folds,
-so a model's gain over them is measured on exactly its own pairs. Eigenfaces (Turk and Pentland, 1991) are
-the classic learned baseline: the principal components of grey training faces, fitted on the training set,
-never on the pairs.
+All embed with the protocol's own loop (training normalisation; no flip for pixels and eigenfaces) and
+score with the same 10 folds, so a model's gain over them is measured on exactly its own pairs. Eigenfaces
+(Turk and Pentland, 1991) are the classic learned baseline: the principal components of grey training faces,
+fitted on the training set, never on the pairs.
 """
 
 from __future__ import annotations
@@ -75,4 +76,15 @@ def eigenface_baseline(train_set: Any, pairs: Any, components: int = EIGENFACE_C
     """Verification accuracy of eigenfaces fitted on `train_set`, on `pairs` (cosine similarity, no flip)."""
     model = fit_eigenfaces(train_set, components)
     result, _ = evaluate_pair_set(model, pairs, batch_size=batch_size, flip=False, device="cpu")
+    return result["acc"]
+
+
+def start_weights_baseline(backbone: nn.Module, pairs: Any, flip: bool = True, device: str = "cpu",
+                           batch_size: int = 128) -> float:
+    """Verification accuracy of the backbone a fine-tune starts from (`weights=`), before its first step, with
+    the run's flip fusion: the figure the fine-tune must beat. The backbone goes back to the CPU afterwards."""
+    try:
+        result, _ = evaluate_pair_set(backbone, pairs, batch_size=batch_size, flip=flip, device=device)
+    finally:
+        backbone.cpu()
     return result["acc"]

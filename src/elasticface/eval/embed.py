@@ -39,11 +39,14 @@ def load_module(ckpt_path: str, map_location: str | torch.device = "cpu") -> nn.
 
 
 class ModuleEmbedder(nn.Module):
-    """`module.embed` as a plain nn.Module (what export traces and what eval calls)."""
+    """`module.embed` as a plain nn.Module (what export traces and what eval calls). `image_size`: the input size
+    the backbone was trained at, where its config says (a backbone built for data.image_size), else None."""
 
     def __init__(self, module: nn.Module) -> None:
         super().__init__()
         self.module = module
+        backbone = getattr(module, "hparams", {}).get("backbone") or {}
+        self.image_size: int | None = backbone.get("img_size") if hasattr(backbone, "get") else None
 
     def forward(self, images: Tensor) -> Tensor:
         return self.module.embed(images)

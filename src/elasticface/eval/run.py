@@ -27,13 +27,13 @@ def _output_dir(cfg: DictConfig, output_dir: str | None) -> str:
     return output_dir
 
 
-def verification_sets(cfg: DictConfig) -> dict[str, Any]:
-    """The pair sets named by the config: `.bin` files under data.val_root and/or a pairs file."""
+def verification_sets(cfg: DictConfig, image_size: int = 112) -> dict[str, Any]:
+    """The pair sets named by the config, faces resized to `image_size`: `.bin` files under data.val_root and/or
+    a pairs file."""
     from elasticface.data.pair_files import find_bin_sets, pairs_from_list
 
     sets: dict[str, Any] = {}
     data = cfg.get("data") or {}
-    image_size = data.get("image_size", 112)
     if data.get("val_root"):
         root = str(data.val_root)
         names = data.get("val_sets")
@@ -108,6 +108,18 @@ def backbone_option(cfg: DictConfig) -> dict[str, Any] | None:
     return spec
 
 
+def input_size(image_size: int | None, model: Any, model_file: str) -> int:
+    """data.image_size, else the size a Lightning checkpoint's backbone was trained at (data.image_size=56 at
+    training gives img_size 56), else insightface's 112."""
+    if image_size:
+        return int(image_size)
+    trained = getattr(model, "image_size", None)
+    if trained and trained != 112:
+        log.info("%s: faces resized to %dx%d, the size its backbone was trained at (data.image_size=%d)",
+                 model_file, trained, trained, trained)
+    return int(trained or 112)
+
+
 def evaluate(cfg: DictConfig, output_dir: str | None = None) -> list[dict[str, Any]]:
     """Evaluate and save; returns the table rows (one dict per benchmark)."""
     from elasticface.eval.embed import load_model_file, one_model_file
@@ -123,7 +135,8 @@ def evaluate(cfg: DictConfig, output_dir: str | None = None) -> list[dict[str, A
     model_file = one_model_file(cfg.get("weights"))
     model = load_model_file(model_file, device, backbone_option(cfg), OmegaConf.select(cfg, "model.embedding_size"),
                             allow_torchscript=bool(cfg.get("allow_torchscript", False)))
-    sets = verification_sets(cfg)  # read once the model file is known to be usable
+    image_size = input_size(data.get("image_size"), model, model_file)
+    sets = verification_sets(cfg, image_size)  # read once the model file is known to be usable
     if not sets and not ijb_cfg.get("root"):
         raise ValueError("nothing to evaluate: set data.val_root=<folder with .bin sets>, "
                          "pairs_file=... image_root=..., and/or ijb.root=...")
@@ -143,7 +156,7 @@ def evaluate(cfg: DictConfig, output_dir: str | None = None) -> list[dict[str, A
         from elasticface.eval.ijb import evaluate_ijb
 
         start = time.perf_counter()
-        res = evaluate_ijb(model, str(ijb_cfg.root), str(ijb_cfg.target),
+        res = evaluate_ijb(model, str(ijb_cfg.root), str(ijb_cfg.target), image_size=image_size,
                            use_detector_score=bool(ijb_cfg.use_detector_score),
                            normalize_images=bool(ijb_cfg.normalize_images), fars=[float(f) for f in ijb_cfg.fars], **kw)
         rows.append({"benchmark": str(ijb_cfg.target).upper(), "pairs": res["num_pairs"], **res["tar"],

@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from hydra.core.hydra_config import HydraConfig
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, ListConfig, OmegaConf
 
 PACKAGE_DIR = Path(__file__).resolve().parents[1]
 #: when a schedule advances (Lightning's `interval`): `scheduler.interval`, "step" when absent
@@ -59,8 +59,26 @@ def _numbers_only(cfg: DictConfig, node: str) -> None:
                 raise ValueError(f"{node}.{key}={value!r}: expected a number")
 
 
+def missing_keys(node: Any, prefix: str = "") -> list[str]:
+    """The keys still `???` (OmegaConf's mandatory value), without resolving interpolations."""
+    keys = node.keys() if isinstance(node, DictConfig) else range(len(node))
+    found: list[str] = []
+    for key in keys:
+        name = f"{prefix}{key}"
+        if OmegaConf.is_missing(node, key):
+            found.append(name)
+        elif not OmegaConf.is_interpolation(node, key) and isinstance(node[key], (DictConfig, ListConfig)):
+            found += missing_keys(node[key], name + ".")
+    return found
+
+
 def validate_top_level(cfg: DictConfig) -> None:
     """Fail at start-up, naming the key, before any data is read or model built."""
+    # `???` in a config: cfg.get() would read it as None (Hydra's own node, in a composed config, is not ours)
+    missing = [key for key in missing_keys(cfg) if not key.startswith("hydra.")]
+    if missing:
+        raise ValueError(f"{', '.join(missing)}: this config needs a value; give it on the command line, "
+                         f"e.g. {missing[0]}=...")
     _number(cfg, "m")  # each head checks its own range of m
     s, sigma = _number(cfg, "s"), _number(cfg, "sigma")
     if s is not None and not s > 0:
@@ -75,6 +93,9 @@ def validate_top_level(cfg: DictConfig) -> None:
     lr = _number(cfg, "optimizer.lr")
     if lr is not None and not lr > 0:
         raise ValueError(f"optimizer.lr={lr}: must be > 0")
+    if OmegaConf.select(cfg, "model.freeze_backbone_bn") and not cfg.get("weights"):
+        raise ValueError("model.freeze_backbone_bn=true keeps the backbone's loaded BatchNorm statistics, but no "
+                         "weights= names the file to load (a fine-tune: weights=<backbone .pth or model-0000.params>)")
     scale = _number(cfg, "model.backbone_lr_scale")
     if scale is not None and not scale >= 0:
         raise ValueError(f"model.backbone_lr_scale={scale}: must be >= 0 (0 keeps the backbone's weights fixed)")
