@@ -96,7 +96,7 @@ def seed_table(rows: list[Any], varying: list[str]) -> list[str]:
              "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rows:
         fb = final_and_best(r.summaries)
-        cells = [r.label(varying), " ".join(map(str, r.seeds)), _pct(*mean_std(fb["final"])),
+        cells = [r.label(varying), r.seed_list(), _pct(*mean_std(fb["final"])),
                  _pct(*mean_std(fb["best"]))]
         if reference is not None:
             d = None if r is reference else paired(_final_by_seed(r), ref_final)

@@ -47,6 +47,11 @@ class Row:
     winner: bool = False
     within_spread_of_winner: bool = False
 
+    def seed_list(self) -> str:
+        """The seeds in order (the jobs finish, and are read, in any order)."""
+        numbers = sorted(s for s in self.seeds if isinstance(s, int))
+        return " ".join(map(str, numbers + sorted((s for s in self.seeds if not isinstance(s, int)), key=str)))
+
     def mean(self, bench: str) -> float:
         return float(np.mean([r[bench] for r in self.runs]))
 
@@ -205,7 +210,7 @@ def to_csv(report: Report) -> str:
         bench = [v for b in report.benchmarks for v in (r.mean(b), r.std(b), r.borda[b])]
         spread = r.acc_spread
         w.writerow(["finished", FAMILY_NAMES.get(r.family, r.family), r.label(report.varying), r.family, r.m,
-                    r.sigma, *(r.extra[k] for k in report.varying), " ".join(map(str, r.seeds)), len(r.runs), *bench,
+                    r.sigma, *(r.extra[k] for k in report.varying), r.seed_list(), len(r.runs), *bench,
                     r.acc_mean, "" if spread is None or math.isnan(spread) else spread, r.borda_sum, r.rank,
                     int(r.winner), int(r.within_spread_of_winner)])
     for path, why in report.unfinished:
