@@ -96,8 +96,9 @@ def set_up_for_fit_on_cpu(module):
 
 def test_compile_defaults_to_cpu_training_and_debug_runs_stay_eager(tiny_cfg):
     """`cpu` by default (compiled and eager training ended level over 5 seeds on real faces: docs/compile.md):
-    compiled where training runs on a CPU, eager on a GPU; `true` everywhere. Debug modes, the toy example,
-    the sweep demo, the y1 fine-tune and the LFW benchmark's eager rows stay eager; the module alone is eager unless told."""
+    compiled where training runs on a CPU, eager on a GPU; `true` everywhere. Debug modes, the toy example, the
+    sweep demo, the y1 fine-tune and the LFW benchmark's eager rows stay eager; the module alone is eager unless
+    told."""
     assert inspect.signature(FaceRecognitionModule).parameters["compile"].default is False
     for overrides in ([], ["trainer=gpu"], ["trainer=ddp"], ["experiment=ms1mv2_r100"]):
         assert compose_train(overrides).model.compile == "cpu", overrides
