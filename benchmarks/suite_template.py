@@ -54,6 +54,7 @@ def overrides(backbone: str, batch: int, layer: Layer, device: str, precision: s
         "trainer.max_epochs=1",
         "trainer.max_steps=-1",
         "extras.print_config=false",
+        "model.compile=false",  # eager, as arcface_torch runs; compile is the speed table's own row
     ]
     if layer.rate is not None:
         out.append(f"model.centers.sample_rate={layer.rate}")
