@@ -36,11 +36,12 @@ PROCESSES = {("trainer", "ddp_cpu")}
 DATA = {"recordio": ["data.root={base}/data/faces_emore"],
         "folder": ["data.root={base}/data/my_faces", "data.val_sets.pairs_file={base}/data/pairs.txt"],
         "folder_bin": ["data.root={base}/data/my_faces", "data.val_root={base}/data/faces_emore"]}
-#: experiments that need photos the tests do not have (LFW's): composed only (tests/test_lfw_split.py builds
-#: a synthetic split and its data module)
-NEEDS_PHOTOS = {"lfw_fold10": ["data.root={base}/data/lfw_split"],
-                "lfw_y1_finetune": ["data.root={base}/data/lfw_split",
-                                    "weights={base}/model-y1-test2/model-0000.params"]}
+#: options that need photos the tests do not have (LFW's): composed only (tests/test_lfw_split.py builds
+#: a synthetic split and its data module; tests/test_paper_grids.py composes the sweep's jobs)
+NEEDS_PHOTOS = {("experiment", "lfw_fold10"): ["data.root={base}/data/lfw_split"],
+                ("hparams_search", "lfw_fold10"): ["data.root={base}/data/lfw_split"],
+                ("experiment", "lfw_y1_finetune"): ["data.root={base}/data/lfw_split",
+                                                    "weights={base}/model-y1-test2/model-0000.params"]}
 
 
 def options() -> list[tuple[str, str]]:
@@ -62,13 +63,15 @@ def marks(group: str, option: str) -> list:
 
 
 def command(group: str, option: str, base: Path) -> list[str]:
-    args = [f"{group}={option}"]
+    # recipe_head/<recipe>_<head> is not chosen by name: `recipe=released head=arcface` applies it
+    args = [f"recipe={option.split('_', 1)[0]}", f"head={option.split('_', 1)[1]}"] if group == "recipe_head" \
+        else [f"{group}={option}"]
     if group == "experiment" and option.startswith(GPU_RECIPES):
         # the paper's recipes: iresnet50/100 on 4 GPUs and a real RecordIO set (their tiny CPU run is killed
         # for memory on a 2-core test machine); composed, as the README test does for them
         return args + [a.format(base=base) for a in DATA["recordio"]] + ["--cfg", "job"]
-    if group == "experiment" and option in NEEDS_PHOTOS:
-        return args + [a.format(base=base) for a in NEEDS_PHOTOS[option]] + ["--cfg", "job"]
+    if (group, option) in NEEDS_PHOTOS:
+        return args + [a.format(base=base) for a in NEEDS_PHOTOS[group, option]] + ["--cfg", "job"]
     if group == "data":
         args += [a.format(base=base) for a in DATA.get(option, [])]
     if (group, option) in CFG_ONLY:
@@ -98,7 +101,7 @@ def test_option_trains_at_tiny_size(group, option, user_files, tmp_path):
     if "--cfg" in args:  # what `--cfg job` checks: the option composes and resolves
         cfg = compose_train([a for a in args if a not in ("--cfg", "job")], tmp_path)
         OmegaConf.to_container(OmegaConf.masked_copy(cfg, [k for k in cfg if k != "hydra"]), resolve=True)
-        assert cfg.hydra.runtime.choices[group] == option
+        assert cfg.hydra.runtime.choices[group if group != "recipe_head" else "recipe_head@model.head"] == option
         return
     if args[0] == "-m" or (group, option) in PROCESSES:  # a sweep or DDP: the real command, as the user starts it
         env = {**os.environ, "WANDB_MODE": "offline"}
@@ -108,8 +111,11 @@ def test_option_trains_at_tiny_size(group, option, user_files, tmp_path):
         assert list(tmp_path.glob("logs/**/summary.json")), f"{args}: no job wrote summary.json"
         return
     # one run, in this process (the same job train.py runs; a process per option would double the time)
+    cfg = compose_train(args, tmp_path)
+    if group == "recipe_head":
+        assert cfg.hydra.runtime.choices["recipe_head@model.head"] == option
     try:
-        run(compose_train(args, tmp_path))
+        run(cfg)
     finally:  # what Hydra's job-end callback does after a job: the next run must not reuse this W&B run
         wandb = sys.modules.get("wandb")
         if wandb is not None and wandb.run is not None:
