@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import json
 import multiprocessing
-import os
 import pickle
-import platform
 import subprocess
 import sys
 import time
@@ -28,6 +26,7 @@ from elasticface.data.synthetic import (
     synthetic_val_sets,
     variation_params,
 )
+from elasticface.utils.simd import CpuKernels, child_env
 
 
 @pytest.fixture(scope="module")
@@ -245,7 +244,9 @@ out["probe_numpy"] = hashlib.sha256(b"".join(a.tobytes() for a in probe)).hexdig
 out["probe_torch"] = hashlib.sha256(
     torch.cat([t.softmax(0), t.sigmoid(), t.abs().pow(1.7)]).numpy().tobytes()
 ).hexdigest()
-out["torch_capability"] = torch.backends.cpu.get_cpu_capability()
+from elasticface.utils.simd import CpuKernels
+cpu = CpuKernels.of_this_process()
+out["torch_level"], out["numpy_level"] = cpu.torch_level(), cpu.numpy_level()
 print(json.dumps(out))
 """
 
@@ -259,54 +260,96 @@ EXPECTED_CHECKSUMS = {
     "scales": "3e80fed4e2a7038ab475a2f3e676aec32e8ba5c9e0ef07ab1bab5c08768b2cea",
 }
 
-_NUMPY_AVX2 = "SSE SSE2 SSE3 SSSE3 SSE41 POPCNT SSE42 AVX F16C FMA3 AVX2"  # what an AVX2-only x86-64 CPU offers
-_NUMPY_BASELINE = "SSE SSE2 SSE3 SSSE3 SSE41 POPCNT SSE42"  # numpy's x86-64 baseline: no AVX kernels at all
-
-
-def _kernel_choices() -> dict[str, dict[str, str]]:
-    """Environments that make numpy and torch pick other SIMD kernels on this machine: each numpy choice
-    and each torch capability at least once (a choice the CPU cannot offer is left out)."""
-    from numpy._core._multiarray_umath import __cpu_features__ as cpu
-
-    choices: dict[str, dict[str, str]] = {"numpy all, torch avx512": {"ATEN_CPU_CAPABILITY": "avx512"}}
-    if platform.machine().lower() in ("x86_64", "amd64"):
-        if all(cpu.get(f) for f in _NUMPY_AVX2.split()):
-            choices["numpy AVX2, torch avx2"] = {"NPY_ENABLE_CPU_FEATURES": _NUMPY_AVX2, "ATEN_CPU_CAPABILITY": "avx2"}
-        choices["numpy baseline, torch default"] = {
-            "NPY_ENABLE_CPU_FEATURES": _NUMPY_BASELINE, "ATEN_CPU_CAPABILITY": "default"
-        }
-    else:
-        choices["numpy all, torch default"] = {"ATEN_CPU_CAPABILITY": "default"}
-    return choices
+def _kernel_choices(cpu: CpuKernels) -> tuple[dict[str, dict[str, str]], list[str]]:
+    """Environments that make numpy and torch pick other SIMD kernels, each level at least once, within what
+    the CPU offers (as this process sees it: a parent restricted to AVX2 is an AVX2-only CPU); a choice
+    above it is left out and named. Returns the choices and what was left out."""
+    choices: dict[str, dict[str, str]] = {"machine's own": {}}
+    left_out = []
+    for name, levels in {"numpy AVX2, torch avx2": ("avx2", "avx2"),
+                         "numpy AVX-512, torch avx512": ("avx512", "avx512"),
+                         "numpy baseline, torch default": ("baseline", "baseline")}.items():
+        try:
+            env = cpu.env(numpy=levels[0], torch=levels[1])
+        except ValueError as e:
+            left_out.append(f"{name}: {e}")
+            continue
+        if levels != (cpu.numpy_level(), cpu.torch_level()):  # the machine's own already runs these levels
+            choices[name] = env
+    return choices, left_out
 
 
 def _checksums_under(env: dict[str, str]) -> subprocess.Popen:
-    kernel_choice = ("NPY_ENABLE_CPU_FEATURES", "NPY_DISABLE_CPU_FEATURES", "ATEN_CPU_CAPABILITY")
-    full = {k: v for k, v in os.environ.items() if k not in kernel_choice}
-    full.update(env, OMP_NUM_THREADS="1")
+    full = child_env(env)
+    full.update(OMP_NUM_THREADS="1")
     return subprocess.Popen([sys.executable, "-c", _CHECKSUM_SCRIPT], env=full,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
 def test_faces_have_one_checksum_whatever_simd_kernels_numpy_and_torch_pick():
-    """The renderer in fresh processes under several numpy and torch kernel choices: one set of checksums,
-    the stored one. The probe proves the choices took effect (on an AVX-512 CPU numpy's AVX2 kernels give
-    other bits; torch's differ between default, avx2 and avx512), so the equality is not vacuous."""
-    choices = _kernel_choices()
+    """The renderer in fresh processes under every numpy and torch kernel level the CPU offers: one set of
+    checksums, the stored one. Each child reports the levels it ran and a probe of numpy's and torch's
+    transcendental kernels: the levels must be the ones asked for, and levels that differ must give other
+    probe bits (numpy's and torch's AVX-512, AVX2 and baseline kernels differ in their last bits), so the
+    equality is not vacuous."""
+    choices, left_out = _kernel_choices(CpuKernels.of_this_process())
+    for line in left_out:
+        print("left out:", line)
     procs = {name: _checksums_under(env) for name, env in choices.items()}
     results = {}
     for name, proc in procs.items():
         stdout, stderr = proc.communicate(timeout=300)
-        assert proc.returncode == 0, f"{name}: {stderr[-3000:]}"
+        assert proc.returncode == 0, f"{name} ({choices[name]}): exit {proc.returncode}: {stderr[-3000:]}"
         results[name] = json.loads(stdout)
     for name, got in results.items():
         assert {k: got[k] for k in EXPECTED_CHECKSUMS} == EXPECTED_CHECKSUMS, f"{name} ({choices[name]}): {got}"
-    capabilities = {got["torch_capability"] for got in results.values()}
-    torch_probes = {got["probe_torch"] for got in results.values()}
-    assert len(torch_probes) == len(capabilities), results  # torch's kernels did change with its capability
-    if "numpy AVX2, torch avx2" in results and results["numpy all, torch avx512"]["torch_capability"] == "AVX512":
-        # an AVX-512 machine: numpy's transcendental kernels differ from its AVX2 ones (they do with numpy 2.4)
-        assert results["numpy all, torch avx512"]["probe_numpy"] != results["numpy AVX2, torch avx2"]["probe_numpy"]
+        wanted = choices[name].get("ATEN_CPU_CAPABILITY")
+        assert wanted is None or got["torch_level"] == {"default": "baseline"}.get(wanted, wanted), (name, got)
+    for library in ("numpy", "torch"):
+        levels = {got[f"{library}_level"] for got in results.values()}
+        probes = {got[f"probe_{library}"] for got in results.values()}
+        assert len(probes) == len(levels), f"{library}'s kernels did not change with its level: {results}"
+    if CpuKernels.of_this_process().x86:
+        assert len(results) >= 2, results  # at least the baseline beside the machine's own
+
+
+def test_kernel_choices_for_an_avx2_only_cpu_leave_avx512_out():
+    """An AVX2-only x86 CPU as torch and numpy 2.4 report it (the AMD EPYC of issue 43): no choice forces
+    AVX-512 (torch would die of SIGILL), the AVX-512 choice is named as left out, and the others remain."""
+    avx2_only = CpuKernels(torch_capability="AVX2", numpy_baseline=["X86_V2"], x86=True,
+                           numpy_features={"X86_V2": True, "X86_V3": True, "X86_V4": False, "AVX2": True})
+    choices, left_out = _kernel_choices(avx2_only)
+    assert set(choices) == {"machine's own", "numpy baseline, torch default"}
+    assert choices["numpy baseline, torch default"] == {"NPY_ENABLE_CPU_FEATURES": "X86_V2",
+                                                        "ATEN_CPU_CAPABILITY": "default"}
+    assert not any("avx512" in v.lower() or "X86_V4" in v for env in choices.values() for v in env.values())
+    assert len(left_out) == 1 and left_out[0].startswith("numpy AVX-512, torch avx512: numpy avx512 kernels left out")
+    # the same CPU behind numpy < 2.4's feature names, and an aarch64 CPU: only the baseline is forced
+    old_numpy = CpuKernels("AVX2", {f: True for f in ("SSE", "SSE2", "SSE3", "SSSE3", "SSE41", "POPCNT", "SSE42",
+                                                      "AVX", "F16C", "FMA3", "AVX2")} | {"AVX512F": False},
+                           ["SSE", "SSE2", "SSE3"], True)
+    assert old_numpy.numpy_level() == "avx2"
+    assert old_numpy.env(numpy="avx2")["NPY_ENABLE_CPU_FEATURES"] == \
+        "SSE,SSE2,SSE3,SSSE3,SSE41,POPCNT,SSE42,AVX,F16C,FMA3,AVX2"
+    arm = CpuKernels("SVE256", {"NEON": True, "ASIMD": True}, ["NEON"], False)
+    assert _kernel_choices(arm)[0] == {"machine's own": {}, "numpy baseline, torch default": {
+        "NPY_ENABLE_CPU_FEATURES": "NEON", "ATEN_CPU_CAPABILITY": "default"}}
+
+
+def test_simd_command_prints_an_offered_choice_and_refuses_one_above_the_cpu():
+    """What `make test-matrix` asks before each cell, run as a command under an emulated AVX2-only parent."""
+    cpu = CpuKernels.of_this_process()
+    if not cpu.offers("torch", "avx2") or not cpu.offers("numpy", "avx2"):
+        pytest.skip(f"this CPU offers no AVX2 kernels to emulate an AVX2-only machine with ({cpu})")
+    emulated = child_env(cpu.env(numpy="avx2", torch="avx2"))
+    cmd = [sys.executable, "-m", "elasticface.utils.simd", "env"]
+    ok = subprocess.run([*cmd, "torch=avx2", "numpy=baseline"], env=emulated, capture_output=True, text=True)
+    assert ok.returncode == 0, ok.stderr
+    assert ok.stdout.split() == [f"NPY_ENABLE_CPU_FEATURES={cpu.numpy_enable('baseline')}", "ATEN_CPU_CAPABILITY=avx2"]
+    refused = subprocess.run([*cmd, "torch=avx512"], env=emulated, capture_output=True, text=True)
+    assert refused.returncode == 3 and refused.stdout == ""
+    assert refused.stderr.strip() == \
+        "torch avx512 kernels left out: this CPU (as this process sees it) offers torch up to AVX2"
 
 
 # -- named benchmarks ------------------------------------------------------------------------------
