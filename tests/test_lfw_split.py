@@ -178,3 +178,32 @@ def test_y1_fine_tune_scores_the_released_weights_before_its_first_step(lfw, tmp
     rows = evaluate(compose_eval([f"weights={y1}", f"data.val_root={tmp_path / 'split'}", "data.val_sets=[lfw_fold10]",
                                   "device=cpu", "num_workers=0", "plots=false"]), output_dir=str(tmp_path / "eval"))
     assert summary["baseline/start_acc_per_set"] == {"lfw_fold10": rows[0]["acc"]}
+
+
+def test_folds_6_to_10_held_out_give_the_wide_benchmark(lfw, tmp_path, capsys):
+    """`--test-fold 6-10`: the people of folds 1-5 train, folds 6-10's 3,000 pairs verify, in one protocol order
+    (each of eval's 10 contiguous folds half matched), for experiment=lfw_folds6_10."""
+    faces, pairs, _ = lfw
+    out = tmp_path / "wide"
+    assert main([str(faces), str(pairs), str(out), "--test-fold", "6-10"]) == 0
+    printed = capsys.readouterr().out
+    assert "test_pairs=3000 test_matched=1500 test_pairs_dropped=0" in printed
+    assert f"train: python train.py experiment=lfw_folds6_10 data.root={out}" in printed
+    assert sorted(p.name for p in (out / "train").iterdir()) == sorted(
+        person(f, k) for f in range(1, 6) for k in range(PEOPLE_PER_FOLD))
+    with open(out / "lfw_folds6_10.bin", "rb") as f:
+        bins, issame = pickle.load(f)
+    assert len(bins) == 6000 and [sum(issame[300 * k:300 * (k + 1)]) for k in range(10)] == [150] * 10
+    # the matched pairs in pairs.txt order: fold 6's first (Person_F6_0's images 1 and 3) opens the .bin
+    assert bins[0] == (faces / person(6, 0) / f"{person(6, 0)}_0001.jpg").read_bytes()
+    cfg = compose_train(["experiment=lfw_folds6_10", f"data.root={out}"], tmp_path / "run")
+    assert list(cfg.data.val_sets.names) == ["lfw_folds6_10"] and cfg.trainer.max_epochs == 8
+
+
+@pytest.mark.parametrize("value", ["6-x", "1-10", "3,3", "0"])
+def test_bad_test_folds_are_named(lfw, tmp_path, value, capsys):
+    faces, pairs, _ = lfw
+    with pytest.raises((SystemExit, ValueError)) as e:
+        main([str(faces), str(pairs), str(tmp_path / "bad"), "--test-fold", value])
+    said = capsys.readouterr().err + str(e.value)
+    assert "--test-fold" in said or "test_fold=" in said, said

@@ -138,3 +138,57 @@ def test_seed_table_pairs_each_row_with_arcface_and_compiled_with_eager(tmp_path
     assert (f"ElasticFace-Arc m=0.5 σ=0.05 compile=cpu − the same row eager, same seed: "
             f"{100 * compiled.mean():+.2f} ± {100 * compiled.std(ddof=1):.2f} [±{100 * half:.2f}], n=3") in markdown
     assert "| baseline: raw pixels |  | 60.00 |  |  |" in markdown and "| baseline: eigenfaces |  | 65.00 |" in markdown
+
+
+def _write_metrics(job: Path, rows: list[dict[str, float]], version: int = 0) -> None:
+    path = job / "csv" / f"version_{version}" / "metrics.csv"
+    path.parent.mkdir(parents=True)
+    keys = sorted({k for r in rows for k in r})
+    with path.open("w", newline="") as f:
+        writer = csv.DictWriter(f, keys)
+        writer.writeheader()
+        writer.writerows(rows)
+
+
+def test_training_curves_average_a_rows_seeds_step_by_step(tmp_path):
+    """report_training.png: the logged training signals, seeds of a row averaged at the steps they share;
+    a resumed run's later CSV version continues the earlier one."""
+    from elasticface.report.curves import curves_by_row
+
+    for seed, theta in ((1, 80.0), (2, 70.0)):
+        for remedy, shift in (("none", 0.0), ("margin_warmup", -20.0)):
+            job = write_job(tmp_path, f"{remedy}_{seed}", "arcface", 0.5, None, {"lfw_fold10": 0.8}, seed=seed)
+            summary = json.loads((job / "summary.json").read_text())
+            summary["choices"] = {"head": "arcface", "lfw_remedy": remedy}
+            (job / "summary.json").write_text(json.dumps(summary))
+            _write_metrics(job, [{"step": 9, "train/theta_y_mean_deg": theta + shift, "train/loss": 30.0},
+                                 {"step": 9, "val/acc_mean": 0.5}])
+            _write_metrics(job, [{"step": 19, "train/theta_y_mean_deg": theta + shift - 10, "train/loss": 20.0}], 1)
+    rows = curves_by_row(read_sweep(tmp_path).finished)
+    assert sorted(rows) == ["arcface, lfw_remedy=margin_warmup", "arcface, lfw_remedy=none"]
+    steps, theta = rows["arcface, lfw_remedy=none"]["train/theta_y_mean_deg"]
+    assert steps.tolist() == [9, 19] and theta.tolist() == [75.0, 65.0]
+    assert rows["arcface, lfw_remedy=margin_warmup"]["train/theta_y_mean_deg"][1].tolist() == [55.0, 45.0]
+    assert main([str(tmp_path)]) == 0
+    assert (tmp_path / "report_training.png").stat().st_size > 10_000
+
+
+def test_a_table_of_remedies_pairs_each_with_arcface_under_none(tmp_path):
+    """Rows that differ by a config-group choice (lfw_remedy) are rows of their own, named by it, and paired
+    with ArcFace under `none` at the same seed; a choice that only renames the head (lfw_row) is not shown."""
+    accs = {("none", 1): 0.76, ("none", 2): 0.78, ("margin_warmup", 1): 0.86, ("margin_warmup", 2): 0.87}
+    for (remedy, seed), acc in accs.items():
+        job = write_job(tmp_path, f"{remedy}_{seed}", "arcface", 0.5, None, {"lfw_fold10": acc}, seed=seed)
+        summary = json.loads((job / "summary.json").read_text())
+        summary["choices"] = {"head": "arcface", "lfw_row": "arcface", "lfw_remedy": remedy}
+        (job / "summary.json").write_text(json.dumps(summary))
+    job = write_job(tmp_path, "softmax_1", "softmax", None, None, {"lfw_fold10": 0.85}, seed=1)
+    summary = json.loads((job / "summary.json").read_text())
+    summary["choices"] = {"head": "softmax", "lfw_row": "softmax", "lfw_remedy": "none"}
+    (job / "summary.json").write_text(json.dumps(summary))
+    markdown = to_markdown(build_report(read_sweep(tmp_path)))
+    assert "| ArcFace m=0.5 lfw_remedy=margin_warmup | 1 2 | 86.50 ± 0.71 | " in markdown
+    assert "final − ArcFace m=0.5 lfw_remedy=none, same seed" in markdown
+    # (86 - 76, 87 - 78) = (+10, +9): mean +9.50, std 0.71, t(1) 12.706 x 0.71 / sqrt(2) = 6.35
+    assert "| +9.50 ± 0.71 [±6.35], n=2 * |" in markdown
+    assert "lfw_row" not in markdown

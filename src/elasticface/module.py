@@ -9,6 +9,7 @@ returns; sharded centres (`model=model_parallel`) and their checkpoint gather/sl
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import pytorch_lightning as pl
@@ -16,12 +17,14 @@ from pytorch_lightning.accelerators import CPUAccelerator
 import torch
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
+import torch.nn.functional as F
 from torch import Tensor, nn
 
-from elasticface.classifier import Classifier, ClassifierOutput
+from elasticface.classifier import Classifier, ClassifierOutput, FullFC
 from elasticface.utils.distributed import rank_and_world
 from elasticface.data.faults import too_small_to_train
 from elasticface.heads.base import MarginHead
+from elasticface.margin_schedule import MarginSchedule
 from elasticface.metrics.verification import VerificationAccuracy, flip_fused_embeddings
 from elasticface.utils.lightning_private import attached_trainer, should_update_logs
 from elasticface.utils.speed import check_compile_setting, compile_available, compile_in_place, should_compile
@@ -54,13 +57,16 @@ class FaceRecognitionModule(pl.LightningModule):
         freeze_backbone_bn: bool = False,
         compile: bool | str = False,
         channels_last: bool = False,
+        margin_schedule: dict | None = None,
     ) -> None:
         super().__init__()
         if isinstance(backbone_lr_scale, bool) or not isinstance(backbone_lr_scale, (int, float)) \
                 or not backbone_lr_scale >= 0:
             raise ValueError(f"model.backbone_lr_scale={backbone_lr_scale!r}: expected a number >= 0")
-        backbone, head, centers, optimizer, scheduler, classifier = map(
-            _as_container, (backbone, head, centers, optimizer, scheduler, classifier))
+        backbone, head, centers, optimizer, scheduler, classifier, margin_schedule = map(
+            _as_container, (backbone, head, centers, optimizer, scheduler, classifier, margin_schedule))
+        self.margin_schedule = MarginSchedule(**(margin_schedule or {}))
+        self._margin_steps = 0  # the schedule's length in this run's steps, set when fitting starts
         self.save_hyperparameters(logger=False)  # train.py logs the whole resolved config instead
         self.backbone: nn.Module = instantiate(backbone)
         head_module = instantiate(head)
@@ -119,14 +125,18 @@ class FaceRecognitionModule(pl.LightningModule):
         images, labels = batch[0], batch[1]
         if too_small_to_train(images):  # too few records left readable; counted by the DataModule
             return None
-        out = self.classifier(self.embed(images), labels)
+        margin_weight = self.margin_schedule.weight(self.global_step, self._margin_steps)
+        embeddings = self.embed(images)
+        out = self.classifier(embeddings, labels, margin_weight=margin_weight)
         # Per-step values only on the steps the loggers write: each `self.log` costs Lightning about a
         # millisecond of Python, and a progress-bar value a host sync (the bar reads train/loss itself).
         if self.logging_step:
             if out.aux is not None:
                 self.log("train/aux_loss", out.aux.detach(), on_step=True)
             self.log("train/loss", out.loss.detach(), on_step=True)
-        self.log_batch_stats(out, batch)
+            if self.margin_schedule.kind != "none":
+                self.log("train/margin_weight", margin_weight, on_step=True)
+        self.log_batch_stats(out, batch, embeddings)
         return out.loss
 
     @property
@@ -135,14 +145,30 @@ class FaceRecognitionModule(pl.LightningModule):
         trainer = attached_trainer(self)
         return trainer is None or should_update_logs(trainer)
 
+    def on_fit_start(self) -> None:
+        """The margin schedule's length in this run's steps; an impossible one stops here, before the first step."""
+        self._margin_steps = self.margin_schedule.length(self.trainer.estimated_stepping_batches)
+
+    def on_before_optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
+        """On logging steps: the gradient norms reaching the backbone and the class centres, before clipping (a
+        margin head that stalls shows it here first)."""
+        if not self.logging_step:
+            return
+        for name, module in (("backbone", self.backbone), ("centers", self.centers)):
+            grads = [p.grad for p in module.parameters() if p.grad is not None]
+            if grads:
+                norm = torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads)).float())
+                self.log(f"train/grad_norm_{name}", norm, on_step=True)
+
     def on_train_epoch_end(self) -> None:
         if self._skipped_records is not None:
             self.log("data/skipped_records", self._skipped_records, on_step=False, on_epoch=True, reduce_fx="sum",
                      sync_dist=True)
             self._skipped_records = None
 
-    def log_batch_stats(self, out: ClassifierOutput, batch: tuple[Tensor, ...]) -> None:
-        """Margins drawn this step, the target angles, and records the loader had to drop.
+    def log_batch_stats(self, out: ClassifierOutput, batch: tuple[Tensor, ...], embeddings: Tensor | None = None
+                        ) -> None:
+        """Margins drawn this step, the target angles and logits, and records the loader had to drop.
 
         Keeping only rows with a label (a boolean mask) syncs the device with the host, so the step
         stores all rows and the statistics are computed only on the steps the loggers write.
@@ -156,12 +182,31 @@ class FaceRecognitionModule(pl.LightningModule):
         if not self.logging_step:
             return
         theta_y = self.last_theta_y
+        if theta_y is None and embeddings is not None:
+            theta_y = self._softmax_theta_y(embeddings, batch[1])
         if theta_y is not None and theta_y.numel():
-            self.log("train/theta_y_mean_deg", torch.rad2deg(theta_y.mean()), on_step=True)
+            degrees = torch.rad2deg(theta_y)
+            self.log("train/theta_y_mean_deg", degrees.mean(), on_step=True)
+            if theta_y.numel() > 1:
+                self.log("train/theta_y_std_deg", degrees.std(), on_step=True)
+            self.log("train/target_logit_mean", out.target_logit[out.valid].mean(), on_step=True)
+            if self.head.angular_margin is not None:  # past π, cos(θ_y + m) turns back up: insightface's "easy margin"
+                m = self.last_margins if self._margins is not None else self.head.angular_margin
+                self.log("train/share_theta_plus_m_over_pi", (theta_y + m > math.pi).float().mean(), on_step=True)
         margins = out.valid_margins
         if margins is not None and margins.numel() > 1:
             self.log("train/margin_mean", margins.mean(), on_step=True)
             self.log("train/margin_std", margins.std(), on_step=True)
+
+    def _softmax_theta_y(self, embeddings: Tensor, labels: Tensor) -> Tensor | None:
+        """Plain softmax's angle between each embedding and its class's weight row (its logits are raw inner
+        products), so its curve sits beside the margin heads'; only with every class's centre in this process."""
+        centers = self.centers
+        if type(centers) is not FullFC or centers.centers_per_class != 1:  # not sampled, sharded or sub-centred
+            return None
+        with torch.no_grad():
+            rows = centers.weight[labels.long()].float()
+            return torch.acos(F.cosine_similarity(embeddings.detach().float(), rows, dim=1).clamp(-1.0, 1.0))
 
     @property
     def last_margins(self) -> Tensor | None:

@@ -45,6 +45,7 @@ def make_summary(cfg: DictConfig, trainer: pl.Trainer, model: FaceRecognitionMod
         "backbone": group_choice(cfg, "backbone"),
         "data": group_choice(cfg, "data"),
         "compile": OmegaConf.select(cfg, "model.compile", default=False),
+        "margin_schedule": _schedule_text(OmegaConf.select(cfg, "model.margin_schedule", default=None)),
         "choices": {k[len("choice/"):]: v for k, v in params.items() if k.startswith("choice/")},
         "weights_finite": finite,
         # last_checkpoint holds step `global_step`; best_checkpoint the weights that scored best_checkpoint_acc
@@ -60,6 +61,15 @@ def make_summary(cfg: DictConfig, trainer: pl.Trainer, model: FaceRecognitionMod
     return summary
 
 
+def _schedule_text(schedule: Any) -> str:
+    """`none`, or e.g. `warmup(fraction=0.5)`: the margin schedule as the summary names it."""
+    if not schedule or schedule.get("kind", "none") == "none":
+        return "none"
+    length = f"steps={schedule['steps']}" if schedule.get("steps") is not None else f"fraction={schedule['fraction']}"
+    start = f", start={schedule['start']}" if schedule.get("start") else ""
+    return f"{schedule['kind']}({length}{start})"
+
+
 def format_summary(summary: dict[str, Any]) -> str:
     def pct(x: float | None) -> str:
         return "n/a" if x is None or x != x else f"{100 * x:.2f}%"
@@ -69,7 +79,9 @@ def format_summary(summary: dict[str, Any]) -> str:
         "",
         "=" * 64,
         f" head={summary['head']}  backbone={summary['backbone']}  data={summary['data']}",
-        f" m={summary['m']}  s={summary['s']}  sigma={summary['sigma']}  seed={summary['seed']}",
+        f" m={summary['m']}  s={summary['s']}  sigma={summary['sigma']}  seed={summary['seed']}"
+        + (f"  margin_schedule={summary['margin_schedule']}" if summary.get("margin_schedule", "none") != "none"
+           else ""),
         f" trained {summary['global_step']} steps in {summary['train_seconds']:.1f} s "
         f"({summary['images_per_second']:.1f} images/s)",
         " verification accuracy on identities never seen in training (10-fold, flip fusion):",

@@ -48,6 +48,7 @@ class ClassifierOutput:
     theta_y: Tensor  # [N] detached angle (radians) to each row's class centre (closest sub-centre); N = global rows
     valid: Tensor  # [N] rows with a label (the others have no θ_y)
     margins: Tensor | None  # [N] detached per-sample margins (Elastic*, MagFace, AdaFace); rows `valid`
+    target_logit: Tensor  # [N] detached target logits z_y (with the margin as scheduled); rows `valid`
 
     @property
     def valid_margins(self) -> Tensor | None:
@@ -97,7 +98,10 @@ class Classifier(nn.Module):
     # -- the step ------------------------------------------------------------------------------------
     head: MarginHead
 
-    def forward(self, embeddings: Tensor, labels: Tensor | None = None) -> ClassifierOutput | Tensor:
+    def forward(
+        self, embeddings: Tensor, labels: Tensor | None = None, margin_weight: float = 1.0
+    ) -> ClassifierOutput | Tensor:
+        """``margin_weight``: how much of the head's margin this step applies (the margin schedule's λ, 1: all)."""
         if labels is None:  # eval: the head's logits against every (local) centre
             cos, _ = self.centers(embeddings)
             return self.head(cos)
@@ -111,12 +115,14 @@ class Classifier(nn.Module):
                 embeddings = scale_grad(embeddings, self.centers.world)
                 embeddings, labels, shard = self.centers.gather_batch(embeddings, labels)
             if self.chunked:
-                return self._chunked(embeddings, labels, shard)
-            return self._dense(embeddings, labels, shard)
+                return self._chunked(embeddings, labels, shard, margin_weight)
+            return self._dense(embeddings, labels, shard, margin_weight)
 
-    def _dense(self, embeddings: Tensor, labels: Tensor, shard: ClassShard | None) -> ClassifierOutput:
+    def _dense(
+        self, embeddings: Tensor, labels: Tensor, shard: ClassShard | None, margin_weight: float
+    ) -> ClassifierOutput:
         num_columns = self._num_columns(self.centers.num_classes, shard, labels.numel())
-        out = margin_softmax_loss(self.centers, self.head, embeddings, labels, shard, num_columns)
+        out = margin_softmax_loss(self.centers, self.head, embeddings, labels, shard, num_columns, margin_weight)
         k = self.centers.centers_per_class
         cos_y = out.cos.detach().gather(1, out.labels.clamp_min(0)[:, None] * k + torch.arange(k, device=labels.device))
         cos_y, valid = cos_y.amax(dim=1), out.labels >= 0
@@ -124,7 +130,9 @@ class Classifier(nn.Module):
             cos_y, valid = shard.target_cos(cos_y, valid), shard.valid
         return self._output(out.loss, out.plan, cos_y, valid)
 
-    def _chunked(self, embeddings: Tensor, labels: Tensor, shard: ClassShard | None) -> ClassifierOutput:
+    def _chunked(
+        self, embeddings: Tensor, labels: Tensor, shard: ClassShard | None, margin_weight: float
+    ) -> ClassifierOutput:
         centers, head = self.centers, self.head
         weight, mapped = centers.columns(labels)
         k, normalize = centers.centers_per_class, centers.normalize
@@ -156,7 +164,8 @@ class Classifier(nn.Module):
                 return lse if shard is None else combine_shards(lse)
 
         num_columns = self._num_columns(num, shard, mapped.numel())
-        plan = head.plan(cos_y, valid, norms, num_columns=num_columns, nontarget_lse=lse_of, shard=shard)
+        plan = head.plan(cos_y, valid, norms, num_columns=num_columns, nontarget_lse=lse_of, shard=shard,
+                         margin_weight=margin_weight)
         lse, cos_t = chunked_logits(x, weight, mapped, plan.nontarget, k, chunk, normalize, plan.scale)
         if shard is not None:
             lse = combine_shards(lse)
@@ -182,7 +191,7 @@ class Classifier(nn.Module):
 
     def _output(self, loss: Tensor, plan: HeadPlan, cos_y: Tensor, valid: Tensor) -> ClassifierOutput:
         theta_y = torch.acos(cos_y.detach().clamp(-1.0, 1.0)) if self.head.normalized else cos_y
-        return ClassifierOutput(loss, plan.aux_loss, theta_y, valid, plan.margins)
+        return ClassifierOutput(loss, plan.aux_loss, theta_y, valid, plan.margins, plan.target.detach())
 
     # -- sharded centres and checkpoints ---------------------------------------------------------------
     def shard(self, rank: int, world: int) -> list[nn.Parameter]:

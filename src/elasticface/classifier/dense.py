@@ -40,16 +40,19 @@ def margin_softmax_loss(
     labels: Tensor,
     shard: ClassShard | None = None,
     num_columns: int | None = None,
+    margin_weight: float = 1.0,
 ) -> MarginLoss:
     """``shard``: the rows are already the gathered global batch (else sharded centres gather them here).
-    ``num_columns``: the columns of every rank (sharded); None counts them with one all-reduce."""
+    ``num_columns``: the columns of every rank (sharded); None counts them with one all-reduce.
+    ``margin_weight``: the share of the head's margin applied (the margin schedule's λ)."""
     if shard is None and isinstance(centers, ShardedFC) and centers.is_sharded:
         embeddings, labels, shard = centers.gather_batch(embeddings, labels)
     cos, mapped = centers(embeddings, labels)
     norms = embeddings.float().norm(dim=1) if head.needs_norms else None
     if shard is not None and num_columns is None:
         num_columns = int(shard.sum(torch.tensor(float(cos.shape[1] // head.centers_per_class), device=cos.device)))
-    logits, plan = dense_logits(head, cos, mapped, norms, shard=shard, num_columns=num_columns)
+    logits, plan = dense_logits(head, cos, mapped, norms, shard=shard, num_columns=num_columns,
+                                margin_weight=margin_weight)
     loss = (
         F.cross_entropy(logits, mapped, ignore_index=-1)
         if shard is None

@@ -1,15 +1,18 @@
 """LFW by its own protocol as a real-face train/test split: train on the people of folds 1-9 of `pairs.txt`,
-verify on fold 10's 600 pairs.
+verify on fold 10's 600 pairs (or hold out several folds: people of folds 1-5 train, folds 6-10's 3,000 pairs
+verify, a benchmark five times wider).
 
 LFW's ten folds are identity-disjoint, so a model trained on the people of nine folds is verified on faces
 of people it never saw. Input: a folder of aligned 112x112 faces in LFW's layout
 (`<Name>/<Name>_0001.jpg`, as `elasticface-align lfw/ faces/` writes it) and LFW's `pairs.txt` (a first
 line "10 300", then per fold 300 matched lines `name n1 n2` and 300 mismatched `name1 n1 name2 n2`).
 Output: `OUT/train/<Name>/...` (every image of each training person, copied) and `OUT/lfw_fold10.bin`
-(the held-out fold's pairs, the aligned JPEGs stored byte for byte).
+(the held-out fold's pairs, the aligned JPEGs stored byte for byte; `OUT/lfw_folds6_10.bin` for folds 6-10).
 
     elasticface-lfw-split faces/ pairs.txt lfw_split/
     python train.py experiment=lfw_fold10 data.root=lfw_split
+    elasticface-lfw-split faces/ pairs.txt lfw_split_6_10/ --test-fold 6-10
+    python train.py experiment=lfw_folds6_10 data.root=lfw_split_6_10
 """
 
 from __future__ import annotations
@@ -116,9 +119,35 @@ def protocol_order(issame: Sequence[bool], num_folds: int = 10) -> list[int]:
     return [i for k in range(num_folds) for i in run(matched, k) + run(mismatched, k)]
 
 
-def split_lfw(faces: str | Path, pairs_file: str | Path, out: str | Path, test_fold: int = 10,
+def test_set_name(test_folds: Sequence[int]) -> str:
+    """The held-out pairs' set name (and .bin file stem): `lfw_fold10`, `lfw_folds6_10` for folds 6 to 10,
+    `lfw_folds_1_3_5` for folds 1, 3 and 5."""
+    folds = sorted(test_folds)
+    if len(folds) == 1:
+        return f"lfw_fold{folds[0]}"
+    if folds != list(range(folds[0], folds[-1] + 1)):
+        return "lfw_folds_" + "_".join(map(str, folds))
+    return f"lfw_folds{folds[0]}_{folds[-1]}"
+
+
+def parse_folds(text: str) -> list[int]:
+    """`10`, `6-10` or `1,3,5` -> the fold numbers (command-line form of `--test-fold`)."""
+    try:
+        folds = []
+        for part in text.split(","):
+            lo, _, hi = part.partition("-")
+            folds += list(range(int(lo), int(hi or lo) + 1))
+    except ValueError:
+        raise ValueError(f"--test-fold={text!r}: expected a fold (10), a range (6-10) or a list (1,3,5)") from None
+    if not folds or len(set(folds)) != len(folds):
+        raise ValueError(f"--test-fold={text!r}: expected distinct folds, at least one")
+    return folds
+
+
+def split_lfw(faces: str | Path, pairs_file: str | Path, out: str | Path, test_fold: int | Sequence[int] = 10,
               image_size: int = 112, say: Callable[[str], None] = _say) -> dict[str, int]:
-    """Write `out/train/<Name>/` (the people of every fold but `test_fold`) and `out/lfw_fold<k>.bin`.
+    """Write `out/train/<Name>/` (the people of every fold but the test folds) and `out/<test_set_name>.bin`
+    (`lfw_fold10.bin` for fold 10; `lfw_folds6_10.bin` for folds 6-10: their pairs in one protocol order).
 
     The .bin's pairs are in `protocol_order`, so eval.py's 10 folds are each half matched, half mismatched.
     A training person also named in the test fold (never, in LFW's own `pairs.txt`) is left out of training
@@ -130,11 +159,17 @@ def split_lfw(faces: str | Path, pairs_file: str | Path, out: str | Path, test_f
     if not faces.is_dir():
         raise FileNotFoundError(f"{faces}: not a folder; expected aligned faces as <Name>/<Name>_0001.jpg")
     folds = read_lfw_pairs(pairs_file)
-    if not 1 <= test_fold <= len(folds):
-        raise ValueError(f"test_fold={test_fold}: {pairs_file} has folds 1..{len(folds)}")
-    test = folds[test_fold - 1]
+    test_folds = [test_fold] if isinstance(test_fold, int) else sorted(test_fold)
+    if not test_folds or not all(1 <= k <= len(folds) for k in test_folds) or len(test_folds) == len(folds):
+        raise ValueError(f"test_fold={test_fold}: {pairs_file} has folds 1..{len(folds)}; expected some of them, "
+                         "not all (the others train)")
+    set_name = test_set_name(test_folds)
+    held_text = f"fold {test_folds[0]}" if len(test_folds) == 1 else f"folds {','.join(map(str, test_folds))}"
+    held = [i for i in range(len(folds)) if i + 1 in test_folds]
+    test = [p for i in held for p in folds[i]]
+    first_lines = [2 + i * len(folds[i]) + k for i in held for k in range(len(folds[i]))]  # pairs.txt's lines
     test_people = set().union(*(p.names for p in test))
-    named = set().union(*(p.names for i, fold in enumerate(folds) if i != test_fold - 1 for p in fold))
+    named = set().union(*(p.names for i, fold in enumerate(folds) if i not in held for p in fold))
     train_people = sorted(named - test_people)
     if not any((faces / name).is_dir() for name in sorted(named | test_people)):
         raise FileNotFoundError(f"{faces}: not one of the {len(named | test_people)} people {pairs_file} names has a "
@@ -142,23 +177,22 @@ def split_lfw(faces: str | Path, pairs_file: str | Path, out: str | Path, test_f
                                 f"(elasticface-align lfw/ faces/ writes it)")
 
     images, issame = [], []
-    first_line = 2 + (test_fold - 1) * len(test)  # pairs.txt's line of the test fold's first pair
     for k in protocol_order([p.issame for p in test]):
         pair = test[k]
         paths = [lfw_image(faces, pair.name1, pair.n1), lfw_image(faces, pair.name2, pair.n2)]
         missing = [p for p in paths if not p.is_file()]
         if missing:
-            say(f"{missing[0]}: missing; fold {test_fold}'s pair on {pairs_file}:{first_line + k} is left out")
+            say(f"{missing[0]}: missing; {held_text}'s pair on {pairs_file}:{first_lines[k]} is left out")
             continue
         images += [_aligned_jpeg(p, image_size) for p in paths]
         issame.append(pair.issame)
     dropped = len(test) - len(issame)
     if not issame:
-        raise FileNotFoundError(f"{faces}: not one of fold {test_fold}'s {len(test)} pairs has both photos; align "
+        raise FileNotFoundError(f"{faces}: not one of {held_text}'s {len(test)} pairs has both photos; align "
                                 f"every LFW photo first (elasticface-align lfw/ faces/)")
     if dropped:
-        say(f"WARNING: {dropped} of fold {test_fold}'s {len(test)} pairs were LEFT OUT (photos missing, listed "
-            f"above): lfw_fold{test_fold}.bin holds {len(issame)} pairs, not the protocol's {len(test)}, so its "
+        say(f"WARNING: {dropped} of {held_text}'s {len(test)} pairs were LEFT OUT (photos missing, listed "
+            f"above): {set_name}.bin holds {len(issame)} pairs, not the protocol's {len(test)}, so its "
             f"accuracy is not comparable with published LFW figures")
 
     train_root = out / "train"
@@ -176,7 +210,7 @@ def split_lfw(faces: str | Path, pairs_file: str | Path, out: str | Path, test_f
         for f in files:
             shutil.copyfile(f, train_root / name / f.name)
         copied += len(files)
-    write_bin(str(out / f"lfw_fold{test_fold}.bin"), images, issame)
+    write_bin(str(out / f"{set_name}.bin"), images, issame)
     return {"train_identities": len(train_people) - missing, "train_images": copied,
             "train_people_without_images": missing, "train_people_in_test_fold": len(named & test_people),
             "test_pairs": len(issame), "test_matched": sum(issame), "test_pairs_dropped": dropped}

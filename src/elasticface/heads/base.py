@@ -76,6 +76,9 @@ class MarginHead(nn.Module):
     #: logits ``s * cos``); heads whose chunked form runs autograd per chunk or a second pass are dense by
     #: default and chunked on request (``path=chunked``, for the memory). Measured: docs/heads.md.
     chunked_by_default: bool = True
+    #: the additive angular margin m of ``cos(θ_y + m)`` (ArcFace, ElasticFace-Arc's mean, the combined head's m2),
+    #: for the training log's share of rows with θ_y + m > π; None where the margin is not an added angle
+    angular_margin: float | None = None
 
     def __init__(self, s: float | None = None) -> None:
         super().__init__()
@@ -110,8 +113,14 @@ class MarginHead(nn.Module):
         num_columns: int,
         nontarget_lse: NonTargetLSE | None = None,
         shard: ClassShard | None = None,
+        margin_weight: float = 1.0,
     ) -> HeadPlan:
-        """The head on one training batch (see :class:`HeadInputs`), in fp32 with autocast off."""
+        """The head on one training batch (see :class:`HeadInputs`), in fp32 with autocast off.
+
+        ``margin_weight`` λ < 1 (a margin schedule's warm-up) moves the target logit toward the margin-free
+        ``s·cos θ_y``: ``λ·z_y + (1 - λ)·s·cos θ_y``, for every head alike (for CosFace exactly a margin of
+        λ·m); λ = 0 is normalised softmax on the same centres. Heads without a scale (plain softmax) have no margin.
+        """
         with torch.autocast(device_type=cos_y.device.type, enabled=False):
             if cos_y.dtype != torch.float64:
                 cos_y = cos_y.float()
@@ -122,6 +131,10 @@ class MarginHead(nn.Module):
             plan = self.train_plan(HeadInputs(cos_y, valid, norms, num_columns, nontarget_lse, shard))
             if plan.margins is not None:
                 plan.margins = plan.margins.detach()
+            scale = plan.scale if plan.scale is not None else self.s
+            if margin_weight < 1.0 and self.normalized and scale is not None:
+                free = cos_y.clamp(-1.0, 1.0) * scale
+                plan.target = margin_weight * plan.target + (1.0 - margin_weight) * free
             return plan
 
     def train_plan(self, batch: HeadInputs) -> HeadPlan:

@@ -84,12 +84,14 @@ def dense_logits(
     *,
     shard: ClassShard | None = None,
     num_columns: int | None = None,
+    margin_weight: float = 1.0,
 ) -> tuple[Tensor, HeadPlan]:
     """``(logits [B, C], plan)`` of a :class:`~elasticface.heads.base.MarginHead` for cosines ``[B, C·K]``
     and labels ``[B]`` (-1: the class is not among the columns).
 
     ``shard``: the columns are this rank's slice of a sharded class dimension and the rows the global
-    batch; ``num_columns`` (then required) counts every rank's columns.
+    batch; ``num_columns`` (then required) counts every rank's columns. ``margin_weight``: see
+    :meth:`~elasticface.heads.base.MarginHead.plan`.
     """
     with torch.autocast(device_type=cos.device.type, enabled=False):
         if cos.dtype != torch.float64:
@@ -115,7 +117,8 @@ def dense_logits(
         def lse_of(fn: Any, scale: Any = None) -> Tensor:
             return _nontarget_lse(cos, cols, owned, shard, fn, scale)
 
-        plan = head.plan(stand_in, valid, norms, num_columns=num_columns, nontarget_lse=lse_of, shard=shard)
+        plan = head.plan(stand_in, valid, norms, num_columns=num_columns, nontarget_lse=lse_of, shard=shard,
+                         margin_weight=margin_weight)
         if plan.target is stand_in and plan.scale == 1.0 and shard is None:
             return cos, plan  # the identity plan (Softmax): the logits are the cosines themselves
         slope = _slope(plan.target, stand_in)

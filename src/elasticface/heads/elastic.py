@@ -182,6 +182,10 @@ class ElasticArcFace(_ElasticBase):
 
     _margin_slot = "m2"
 
+    @property
+    def angular_margin(self) -> float:  # type: ignore[override]
+        return self.m
+
 
 class ElasticCosFace(_ElasticBase):
     """ElasticFace-Cos(+): ``s * (cos θ_y - m_i)``, m_i ~ N(m, σ). Paper: m = 0.35, σ = 0.05 (+: 0.025)."""

@@ -42,7 +42,7 @@ class ArcFace(GuardedHead):
 
     def __init__(self, *, s: float, m: float, guard: str, gradient: str) -> None:
         super().__init__(s, guard, gradient)
-        self.m = check_range("m", m, 0.0, math.pi / 2, hint=" (radians)")
+        self.m = self.angular_margin = check_range("m", m, 0.0, math.pi / 2, hint=" (radians)")
 
     def train_plan(self, batch: HeadInputs) -> HeadPlan:
         return margin_plan(batch.cos_y, self.s, m2=self.m, guard=self.guard, gradient=self.gradient)
@@ -57,7 +57,7 @@ class CombinedMargin(GuardedHead):
     def __init__(self, *, s: float, m1: float, m2: float, m3: float, guard: str, gradient: str) -> None:
         super().__init__(s, guard, gradient)
         self.m1 = check_range("m1", m1, 0.0, 10.0, lo_open=True, hi_open=False)
-        self.m2 = check_range("m2", m2, 0.0, math.pi / 2, hint=" (radians)")
+        self.m2 = self.angular_margin = check_range("m2", m2, 0.0, math.pi / 2, hint=" (radians)")
         self.m3 = check_range("m3", m3, 0.0, 2.0)
 
     def train_plan(self, batch: HeadInputs) -> HeadPlan:

@@ -37,6 +37,10 @@ class SubCenter(MarginHead):
         self.normalized = base.normalized
         self.chunked_by_default = base.chunked_by_default  # measured: 0.8x the dense step over an ArcFace base
 
+    @property
+    def angular_margin(self) -> float | None:  # type: ignore[override]
+        return self.base.angular_margin
+
     def pool(self, cos: Tensor) -> Tensor:
         """``[B, C*K] -> [B, C]`` by the max over each class's K sub-centres."""
         if cos.shape[-1] % self.k:

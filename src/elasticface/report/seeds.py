@@ -88,6 +88,9 @@ def _difference(d: Paired) -> str:
 def seed_table(rows: list[Any], varying: list[str]) -> list[str]:
     """Markdown lines: one row per configuration (`table.Row`s with their summaries), baselines last."""
     references = [r for r in rows if r.family == REFERENCE_FAMILY and not _compiled(r)]
+    if len(references) > 1:  # ArcFace under several settings (a table of remedies): the one with none of them
+        references = [r for r in references if all(str(r.extra.get(k)) in ("none", "None") for k in varying
+                                                   if k not in ("s", "backbone", "data", "compile"))]
     reference = references[0] if len(references) == 1 else None
     ref_final = _final_by_seed(reference) if reference else {}
     head = ["row", "seeds", "final", "best"] + ([f"final − {reference.label(varying)}, same seed"] if reference else [])

@@ -27,7 +27,24 @@ FAMILY_NAMES = {
     "elastic_cos_plus": "ElasticFace-Cos+",
 }
 # Besides (head, m, sigma), what else makes two jobs different configurations (shown only when it varies).
-EXTRA_KEYS = ("s", "backbone", "data", "compile")
+EXTRA_KEYS = ("s", "backbone", "data", "compile", "margin_schedule")
+
+
+def _choice(summary: dict[str, Any], key: str) -> str:
+    return str((summary.get("choices") or {}).get(key))
+
+
+def varying_choices(finished: list[Any]) -> list[str]:
+    """Config-group choices (summary.json's `choices`) that vary across the jobs and say more than the head, m, σ
+    and s do: `lfw_remedy` in a table of remedies, not `lfw_row` or `paper_row`, which only name those."""
+    keys = sorted({k for j in finished for k in (j.summary.get("choices") or {})})
+    base = [tuple(str(j.summary.get(k)) for k in ("head", "m", "sigma", "s")) for j in finished]
+    out = []
+    for key in keys:
+        values = [_choice(j.summary, key) for j in finished]
+        if len(set(values)) > 1 and len(set(zip(base, values))) > len(set(base)):
+            out.append(key)
+    return out
 
 
 @dataclass
@@ -112,12 +129,13 @@ def build_report(sweep: Sweep) -> Report:
                 "a table needs the same ones everywhere"
             )
     extra_values = {k: {str(j.summary.get(k)) for j in finished} for k in EXTRA_KEYS}
-    varying = [k for k in EXTRA_KEYS if len(extra_values[k]) > 1]
+    choices = varying_choices(finished)
+    varying = [k for k in EXTRA_KEYS if len(extra_values[k]) > 1] + choices
 
     rows: dict[tuple, Row] = {}
     for job in finished:
         s = job.summary
-        extra = {k: s.get(k) for k in EXTRA_KEYS}
+        extra = {k: s.get(k) for k in EXTRA_KEYS} | {k: _choice(s, k) for k in choices}
         key = (s["head"], s["m"], s["sigma"], *(str(extra[k]) for k in varying))
         row = rows.setdefault(key, Row(s["head"], s["m"], s["sigma"], extra))
         row.seeds.append(s["seed"])

@@ -1,9 +1,11 @@
-"""A sweep's report on disk: report.md, report.csv and, when there are rows, report_acc_vs_sigma.png."""
+"""A sweep's report on disk: report.md, report.csv and, when there are rows, report_acc_vs_sigma.png and (when
+the runs logged them) report_training.png, the training curves row by row."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+from elasticface.report.curves import plot_training_curves
 from elasticface.report.plot import plot_accuracy_vs_sigma
 from elasticface.report.sweep import read_sweep
 from elasticface.report.table import build_report, to_csv, to_markdown
@@ -12,7 +14,8 @@ from elasticface.report.table import build_report, to_csv, to_markdown
 def write_report(sweep_dir: Path, out: Path | None = None) -> tuple[str, list[Path]]:
     """Rank the sweep in `sweep_dir` and write its files to `out` (default: the sweep dir); returns the
     markdown table and the paths written."""
-    report = build_report(read_sweep(sweep_dir))
+    sweep = read_sweep(sweep_dir)
+    report = build_report(sweep)
     out = out or sweep_dir
     out.mkdir(parents=True, exist_ok=True)
     markdown = to_markdown(report)
@@ -21,4 +24,7 @@ def write_report(sweep_dir: Path, out: Path | None = None) -> tuple[str, list[Pa
     written = [out / "report.md", out / "report.csv"]
     if report.rows:
         written.append(plot_accuracy_vs_sigma(report, out / "report_acc_vs_sigma.png"))
+        curves = plot_training_curves(sweep.finished, out / "report_training.png")
+        if curves is not None:
+            written.append(curves)
     return markdown, written
