@@ -153,6 +153,9 @@ def test_eval_stores_the_threshold_in_its_run_folder_and_compare_finds_it(model_
     code, _, err = _run(capsys, root / "face_a.png", root / "face_b.png", f"weights={other}",
                         "--thresholds", str(run_dir / "thresholds.json"))
     assert code == 2 and "thresholds.json: measured on a model file with SHA-256" in err and str(other) in err
+    code, _, err = _run(capsys, root / "face_a.png", root / "face_b.png", f"weights={weights}",
+                        "--thresholds", str(tmp_path / "nowhere"))
+    assert code == 2 and f"--thresholds {tmp_path / 'nowhere'}: not found" in err
 
 
 def test_eval_never_writes_beside_read_only_weights_and_old_files_are_read(model_dir, tmp_path, capsys):

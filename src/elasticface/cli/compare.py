@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Sequence
 
@@ -58,6 +59,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.threshold is not None:
             threshold = (args.threshold, "given")
         else:
+            if args.thresholds and not os.path.exists(args.thresholds):
+                raise FileNotFoundError(f"--thresholds {args.thresholds}: not found; expected an eval run's "
+                                        "thresholds.json, its run folder or a folder of runs")
             found = stored_threshold(args.weights, args.set_name,
                                      (args.thresholds,) if args.thresholds else (DEFAULT_SEARCH,))
             threshold = (found[0], f"{found[1]}, {found[2]}") if found else None
