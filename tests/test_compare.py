@@ -1,6 +1,6 @@
 """`elasticface-compare A B weights=...` and `elasticface-embed --align`: the cosine of the protocol's embeddings
 (written out here: face + mirror through the model, L2-normalised), the verdict at a given threshold or the one
-eval.py stores beside the weights, raw photos aligned by insightface's rule first."""
+eval.py stored in its run folder, raw photos aligned by insightface's rule first."""
 
 from __future__ import annotations
 
@@ -89,8 +89,8 @@ def test_raw_photo_is_detected_and_aligned_first(model_dir, capsys):
     assert result["cosine"] == pytest.approx(expected, abs=2e-3)  # warps agree to one grey level
 
 
-def test_eval_stores_the_threshold_compare_uses(model_dir, tmp_path, capsys):
-    root, model = model_dir
+def _small_lfw_bin(root, folder):
+    """20 pairs of noisy copies of one face (same) and noise (different), as lfw.bin in `folder`."""
     rng = np.random.default_rng(0)
     base = np.asarray(Image.open(root / "face_a.png"))
     images, issame = [], []
@@ -101,28 +101,101 @@ def test_eval_stores_the_threshold_compare_uses(model_dir, tmp_path, capsys):
             rng.integers(0, 256, base.shape, dtype=np.uint8)
         images += [a, b]
         issame.append(same)
-    (tmp_path / "bins").mkdir()
-    write_bin(str(tmp_path / "bins" / "lfw.bin"), images, issame)
-    weights = tmp_path / "model.pt"
+    folder.mkdir()
+    write_bin(str(folder / "lfw.bin"), images, issame)
+
+
+def test_eval_stores_the_threshold_in_its_run_folder_and_compare_finds_it(model_dir, tmp_path, capsys, monkeypatch):
+    """The thresholds go into the eval run's folder, nothing beside the weights (a repository, a shared or
+    read-only folder); compare finds them under logs/eval of where it starts, by the weights' bytes."""
+    root, model = model_dir
+    _small_lfw_bin(root, tmp_path / "bins")
+    models = tmp_path / "models"
+    models.mkdir()
+    weights = models / "model.pt"
     weights.write_bytes((root / "model.pt").read_bytes())
     from elasticface.eval.run import evaluate
 
     cfg = compose_eval([f"weights={weights}", f"data.val_root={tmp_path / 'bins'}", "data.val_sets=[lfw]", "device=cpu",
                         "num_workers=0", "plots=false", "allow_torchscript=true"])
-    (row,) = evaluate(cfg, output_dir=str(tmp_path / "eval"))
-    assert "thresholds for elasticface-compare" in capsys.readouterr().out
-    stored = json.loads((tmp_path / "model.pt.thresholds.json").read_text())
+    run_dir = tmp_path / "logs" / "eval" / "runs" / "one"
+    (row,) = evaluate(cfg, output_dir=str(run_dir))
+    assert f"thresholds for elasticface-compare: {run_dir / 'thresholds.json'}" in capsys.readouterr().out
+    assert sorted(p.name for p in models.iterdir()) == ["model.pt"], "nothing is written beside the weights"
+    stored = json.loads((run_dir / "thresholds.json").read_text())
     # squared L2 between unit vectors is 2 - 2 cos: the protocol's distance threshold as a cosine
-    assert stored["lfw"]["cosine"] == pytest.approx(1 - row["threshold"] / 2, abs=1e-12)
-    assert stored["lfw"]["acc"] == row["acc"] and stored["lfw"]["pairs"] == 20
+    assert stored["sets"]["lfw"]["cosine"] == pytest.approx(1 - row["threshold"] / 2, abs=1e-12)
+    assert stored["sets"]["lfw"]["acc"] == row["acc"] and stored["sets"]["lfw"]["pairs"] == 20
+    assert stored["weights"] == str(weights)
+    monkeypatch.chdir(tmp_path)  # logs/eval here: the default place compare searches
     code, out, err = _run(capsys, root / "face_a.png", root / "face_b.png", f"weights={weights}", "--json")
     assert code == 0, err
     result = json.loads(out)
     assert result["threshold"] == pytest.approx(1 - row["threshold"] / 2)
-    assert result["threshold_from"] == "lfw, stored with the weights"
+    assert result["threshold_from"] == "lfw, eval run logs/eval/runs/one"
     assert result["same"] == (result["cosine"] > result["threshold"])
     code, _, err = _run(capsys, root / "face_a.png", root / "face_b.png", f"weights={weights}", "--set", "agedb_30")
     assert code == 2 and "agedb_30" in err and "['lfw']" in err
+    # elsewhere, the run named with --thresholds (its file or its folder); the same bytes under another name match
+    monkeypatch.chdir(models)
+    copy = models / "copy.pt"
+    copy.write_bytes(weights.read_bytes())
+    for given in (run_dir, run_dir / "thresholds.json"):
+        code, out, err = _run(capsys, root / "face_a.png", root / "face_b.png", f"weights={copy}", "--json",
+                              "--thresholds", str(given))
+        assert code == 0 and json.loads(out)["threshold"] == pytest.approx(1 - row["threshold"] / 2), err
+    # a run of other bytes: skipped in a search, an error when named directly
+    other = models / "other.pt"
+    other.write_bytes(weights.read_bytes() + b"\0")
+    code, out, err = _run(capsys, root / "face_a.png", root / "face_b.png", f"weights={other}", "--json",
+                          "--thresholds", str(tmp_path / "logs"))
+    assert code == 0 and json.loads(out)["threshold"] is None, err
+    code, _, err = _run(capsys, root / "face_a.png", root / "face_b.png", f"weights={other}",
+                        "--thresholds", str(run_dir / "thresholds.json"))
+    assert code == 2 and "thresholds.json: measured on a model file with SHA-256" in err and str(other) in err
+    code, _, err = _run(capsys, root / "face_a.png", root / "face_b.png", f"weights={weights}",
+                        "--thresholds", str(tmp_path / "nowhere"))
+    assert code == 2 and f"--thresholds {tmp_path / 'nowhere'}: not found" in err
+
+
+def test_eval_never_writes_beside_read_only_weights_and_old_files_are_read(model_dir, tmp_path, capsys):
+    """Weights in a folder nobody may write into (root included: the "folder" for the old file's name is a
+    file), and an old `<weights>.thresholds.json` beside weights elsewhere: eval succeeds, compare reads both,
+    a newer run's threshold first."""
+    root, model = model_dir
+    _small_lfw_bin(root, tmp_path / "bins")
+    (tmp_path / "ro").mkdir()
+    weights = tmp_path / "ro" / "model.pt"
+    weights.write_bytes((root / "model.pt").read_bytes())
+    (tmp_path / "ro" / "model.pt.thresholds.json").mkdir()  # no file can be written under this name
+    (tmp_path / "ro").chmod(0o555)
+    from elasticface.eval.run import evaluate
+
+    try:
+        cfg = compose_eval([f"weights={weights}", f"data.val_root={tmp_path / 'bins'}", "data.val_sets=[lfw]",
+                            "device=cpu", "num_workers=0", "plots=false", "allow_torchscript=true"])
+        (row,) = evaluate(cfg, output_dir=str(tmp_path / "run"))
+        assert (tmp_path / "run" / "thresholds.json").is_file()
+    finally:
+        (tmp_path / "ro").chmod(0o755)
+    capsys.readouterr()
+    # an old file beside a copy of the weights, with lfw and cfp_fp: lfw from the run, cfp_fp from the old file
+    (tmp_path / "old").mkdir()
+    old_weights = tmp_path / "old" / "model.pt"
+    old_weights.write_bytes(weights.read_bytes())
+    (tmp_path / "old" / "model.pt.thresholds.json").write_text(json.dumps(
+        {"lfw": {"distance": 1.0, "cosine": 0.5, "acc": 0.5, "pairs": 20, "flip": True},
+         "cfp_fp": {"distance": 1.2, "cosine": 0.4, "acc": 0.5, "pairs": 20, "flip": True}}))
+    for set_name, expected, source in (("lfw", 1 - row["threshold"] / 2, f"lfw, eval run {tmp_path / 'run'}"),
+                                       ("cfp_fp", 0.4, "cfp_fp, stored with the weights")):
+        code, out, err = _run(capsys, root / "face_a.png", root / "face_b.png", f"weights={old_weights}", "--json",
+                              "--set", set_name, "--thresholds", str(tmp_path / "run"))
+        assert code == 0, err
+        result = json.loads(out)
+        assert result["threshold"] == pytest.approx(expected) and result["threshold_from"] == source
+    (tmp_path / "old" / "model.pt.thresholds.json").write_text("{not json")
+    code, _, err = _run(capsys, root / "face_a.png", root / "face_b.png", f"weights={old_weights}")
+    assert code == 2 and "model.pt.thresholds.json: not JSON" in err
 
 
 def test_bad_photos_are_named(model_dir, tmp_path, capsys):

@@ -14,6 +14,7 @@ working directory.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shlex
@@ -199,7 +200,7 @@ def fresh_workdir(user_files: tuple[Path, Path], tmp_path: Path) -> Path:
     shutil.copy(base / "pairs.txt", tmp_path / "pairs.txt")
     if ckpt.exists():
         shutil.copy(ckpt, tmp_path / "last.ckpt")
-    (tmp_path / Y1_DIR).mkdir()  # a folder of its own: eval.py writes its thresholds beside the weights
+    (tmp_path / Y1_DIR).mkdir()
     for file in (ROOT / "tests" / "data" / "mxnet" / "y1").iterdir():
         (tmp_path / Y1_DIR / file.name).symlink_to(file)
     return tmp_path
@@ -220,8 +221,8 @@ def released_backbone(tmp_path_factory) -> Path:
 
 #: what docs/align.md and the compare/embed commands leave to the user: their photos (a folder, and two photos
 #: of one face), insightface-format landmarks, a released backbone file and its ONNX export, each with the
-#: thresholds eval.py stored beside it. Given to the commands that name the photos (not to an export that
-#: writes its own model.onnx)
+#: thresholds eval.py stored in its run folder (logs/eval). Given to the commands that name the photos (not to
+#: an export that writes its own model.onnx)
 PHOTO_FILES = ("photos/", "a.jpg", "model.pt")  # "model.pt" also matches model.pth
 
 
@@ -275,15 +276,17 @@ def user_photos(user_files, tmp_path_factory) -> Path:
                               f"data.val_root={user_files[0] / 'data' / 'faces_emore'}"],
                              cwd=base, capture_output=True, text=True, timeout=600, env=env)
         assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-3000:]
-        assert (base / f"{weights}.thresholds.json").is_file(), f"eval.py stores the thresholds beside {weights}"
+        assert not (base / f"{weights}.thresholds.json").exists(), f"eval.py writes nothing beside {weights}"
+    stored = sorted(json.loads(p.read_text())["weights"] for p in (base / "logs" / "eval").rglob("thresholds.json"))
+    assert stored == [str(base / "model.onnx"), str(base / "model.pth")], "each eval run stores its thresholds"
     return base
 
 
 def add_user_photos(base: Path, workdir: Path) -> None:
     shutil.copytree(base / "photos", workdir / "photos")
-    for name in ("a.jpg", "b.jpg", "pts.txt", "model.pth", "model.onnx", "model.pt", "model.pth.thresholds.json",
-                 "model.onnx.thresholds.json"):
+    for name in ("a.jpg", "b.jpg", "pts.txt", "model.pth", "model.onnx", "model.pt"):
         shutil.copy(base / name, workdir / name)
+    shutil.copytree(base / "logs" / "eval", workdir / "logs" / "eval", dirs_exist_ok=True)  # the thresholds
 
 
 ALL = sorted(set(readme_commands()) | set(make_help_commands()))

@@ -108,8 +108,33 @@ def test_compile_defaults_to_cpu_training_and_debug_runs_stay_eager(tiny_cfg):
         assert compose_train(overrides).model.compile is False, overrides
     assert compose_train(["hparams_search=lfw_fold10", "lfw_row=elastic_arc_compiled"]).model.compile == "cpu"
     assert compose_train(["model.compile=false"]).model.compile is False
-    assert speed.should_compile("cpu", training_on_cpu=True) and not speed.should_compile("cpu", training_on_cpu=False)
     assert speed.should_compile(True, training_on_cpu=False) and not speed.should_compile(False, training_on_cpu=True)
+
+
+@pytest.mark.parametrize("level", ["AVX512", "AVX2", "DEFAULT"])
+def test_compile_cpu_is_eager_under_avx2_kernels(monkeypatch, caplog, level):
+    """`cpu` compiles on a CPU unless torch's kernels there are AVX2 (a compiled step diverged there at step 0,
+    docs/compile.md): then it trains eagerly and says so; `true` compiles anyway."""
+    monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: level)
+    with caplog.at_level(logging.INFO, logger="elasticface.utils.speed"):
+        assert speed.should_compile("cpu", training_on_cpu=True) == (level != "AVX2")
+    said = "model.compile=cpu: training eagerly, torch's CPU kernels here are AVX2" in caplog.text
+    assert said == (level == "AVX2")
+    assert not speed.should_compile("cpu", training_on_cpu=False) and speed.should_compile(True, training_on_cpu=True)
+
+
+def test_compile_cpu_reads_the_kernel_level_torch_runs(tmp_path):
+    """ATEN_CPU_CAPABILITY=avx2 (on a CPU that has AVX2) is seen by the rule, in a fresh process."""
+    import os
+    import subprocess
+    import sys
+
+    if torch.backends.cpu.get_cpu_capability() not in ("AVX2", "AVX512"):
+        pytest.skip(f"this CPU's torch kernels are {torch.backends.cpu.get_cpu_capability()}: no AVX2 to select")
+    code = "from elasticface.utils.speed import should_compile; print(should_compile('cpu', True))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "ATEN_CPU_CAPABILITY": "avx2"})
+    assert out.returncode == 0 and out.stdout.strip() == "False", out.stderr[-2000:]
 
 
 def test_compile_setting_outside_true_false_cpu_is_refused(tiny_cfg):

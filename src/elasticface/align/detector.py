@@ -154,19 +154,20 @@ class MTCNNDetector:
             return boxes.new_zeros(0, 3, size, size), torch.zeros(0, dtype=torch.long, device=boxes.device)
         return (torch.cat(crops) - 127.5) * 0.0078125, torch.tensor(valid, device=boxes.device)
 
-    def _refine(self, photos: Sequence[Tensor], boxes: Tensor, owner: Tensor) -> tuple[Tensor, Tensor]:
+    def _refine(self, photos: Sequence[Tensor], boxes: Tensor, owner: Tensor,
+                threshold: float) -> tuple[Tensor, Tensor]:
         crops, valid = self._crops(photos, boxes, owner, 24)
         boxes, owner = boxes[valid], owner[valid]
         outs = [self.rnet(chunk) for chunk in crops.split(_CHUNK)] or [(crops.new_zeros(0, 4), crops.new_zeros(0))]
         offsets, prob = torch.cat([o[0] for o in outs]), torch.cat([o[1] for o in outs])
-        passed = prob > self.thresholds[1]
+        passed = prob > threshold
         boxes = torch.cat([boxes[passed, :4], prob[passed, None]], 1)
         owner, offsets = owner[passed], offsets[passed]
         keep = batched_nms(boxes[:, :4], boxes[:, 4], owner, 0.7)
         return _square(_regress(boxes[keep], offsets[keep])), owner[keep]
 
-    def _locate_landmarks(self, photos: Sequence[Tensor], boxes: Tensor,
-                          owner: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    def _locate_landmarks(self, photos: Sequence[Tensor], boxes: Tensor, owner: Tensor,
+                          threshold: float) -> tuple[Tensor, Tensor, Tensor]:
         """MTCNN's last stage (O-Net): the boxes that pass it, their 5 landmarks [N, 5, 2] and photo index."""
         crops, valid = self._crops(photos, boxes, owner, 48)
         boxes, owner = boxes[valid], owner[valid]
@@ -174,7 +175,7 @@ class MTCNNDetector:
         if not outs:
             return boxes.new_zeros(0, 5), boxes.new_zeros(0, 5, 2), owner
         offsets, points, prob = (torch.cat([o[i] for o in outs]) for i in range(3))
-        passed = prob > self.thresholds[2]
+        passed = prob > threshold
         boxes = torch.cat([boxes[passed, :4], prob[passed, None]], 1)
         owner, offsets, points = owner[passed], offsets[passed], points[passed]
         w = (boxes[:, 2] - boxes[:, 0] + 1)[:, None]
@@ -182,16 +183,17 @@ class MTCNNDetector:
         landmarks = torch.stack([w * points[:, :5] + boxes[:, 0:1] - 1, h * points[:, 5:] + boxes[:, 1:2] - 1], 2)
         return _regress(boxes, offsets), landmarks, owner
 
+    def _tensor(self, photo: np.ndarray) -> Tensor:
+        arr = np.asarray(photo)
+        if arr.ndim == 2:
+            arr = np.repeat(arr[:, :, None], 3, axis=2)
+        if arr.ndim != 3 or arr.shape[2] != 3 or arr.dtype != np.uint8:
+            raise ValueError(f"MTCNN: expected uint8 RGB [H, W, 3] photos, got {arr.dtype} {arr.shape}")
+        return torch.from_numpy(np.array(arr)).to(self.device).permute(2, 0, 1).float()
+
     @torch.no_grad()
     def detect(self, photos: Sequence[np.ndarray]) -> list[list[Face]]:
-        tensors = []
-        for photo in photos:
-            arr = np.asarray(photo)
-            if arr.ndim == 2:
-                arr = np.repeat(arr[:, :, None], 3, axis=2)
-            if arr.ndim != 3 or arr.shape[2] != 3 or arr.dtype != np.uint8:
-                raise ValueError(f"MTCNN: expected uint8 RGB [H, W, 3] photos, got {arr.dtype} {arr.shape}")
-            tensors.append(torch.from_numpy(np.array(arr)).to(self.device).permute(2, 0, 1).float())
+        tensors = [self._tensor(photo) for photo in photos]
         faces = self._cascade(tensors)
         again = [i for i, found in enumerate(faces) if self.pad > 0 and _fills_photo(found, tensors[i].shape)]
         if again:
@@ -203,6 +205,22 @@ class MTCNNDetector:
                 kept = moved + [f for f in faces[i] if all(_overlap(f.box, g.box) <= 0.7 for g in moved)]
                 faces[i] = sorted(kept, key=lambda f: -f.score)
         return faces
+
+    @torch.no_grad()
+    def force(self, photo: np.ndarray) -> Face:
+        """The refine and output nets on the whole photo with their thresholds off: the one face that photo is
+        known to hold, with the output net's probability as its score (insightface's `detect_face_force` on the
+        photo's box). The box is the square about the photo's centre; what lies outside the photo is mid-grey."""
+        t = self._tensor(photo)
+        height, width = t.shape[1:]
+        border = max(height, width)  # room for the square box and the nets' moves of it
+        padded = F.pad(t, (border, border, border, border), value=_GREY)
+        box = torch.tensor([[border, border, border + width - 1, border + height - 1, 1.0]], device=self.device)
+        owner = torch.zeros(1, dtype=torch.long, device=self.device)
+        boxes, owner = self._refine([padded], _square(box), owner, -1.0)
+        boxes, landmarks, owner = self._locate_landmarks([padded], boxes, owner, -1.0)
+        return Face((boxes[0, :4] - border).cpu().numpy().astype(np.float64), float(boxes[0, 4]),
+                    (landmarks[0] - border).cpu().numpy().astype(np.float64))
 
     def _cascade(self, tensors: Sequence[Tensor]) -> list[list[Face]]:
         """The three stages on float [3, H, W] photos."""
@@ -216,11 +234,11 @@ class MTCNNDetector:
             owners.append(torch.tensor(indices, device=self.device)[owner])
         boxes, owner = torch.cat(found), torch.cat(owners)
         if len(boxes):
-            boxes, owner = self._refine(tensors, boxes, owner)
+            boxes, owner = self._refine(tensors, boxes, owner, self.thresholds[1])
         faces: list[list[Face]] = [[] for _ in tensors]
         if not len(boxes):
             return faces
-        boxes, landmarks, owner = self._locate_landmarks(tensors, boxes, owner)
+        boxes, landmarks, owner = self._locate_landmarks(tensors, boxes, owner, self.thresholds[2])
         for i in owner.unique().tolist():
             mine = (owner == i).nonzero()[:, 0]
             keep = mine[_nms_min(boxes[mine, :4], boxes[mine, 4], 0.7)]

@@ -5,11 +5,14 @@ OUT gets, beside the faces:
   `score`, `box_x1..box_y2` and `lm1_x..lm5_y` (photo pixels; score and box empty when the landmarks came
   from a file). It doubles as a landmark file for a later run.
 - `align_report.csv`: one row per photo that gave no face or needs a look: `no_face`, `no_landmarks`,
-  `unreadable` (with the reason) and `several_faces` (one was kept by the rule).
+  `unreadable` (with the reason), `several_faces` (one was kept by the rule), and with `fallback` (photos known
+  to hold one face: a benchmark's) `fallback_forced` / `fallback_centre`: no face was found and the photo was
+  kept all the same, aligned from the detector's later stages forced on it or cut as its centre crop
+  (elasticface.align.fallback).
 
 A run is resumable: photos already in faces.csv (their faces on disk) or reported without a face are skipped;
-unreadable ones are tried again. Faces are written to a temporary name and renamed, so a killed run leaves no
-half-written face behind.
+unreadable ones are tried again, and so are photos without a face when `fallback` is on. Faces are written to a
+temporary name and renamed, so a killed run leaves no half-written face behind.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ import numpy as np
 from PIL import Image
 
 from elasticface.align.detector import Face, MTCNNDetector
+from elasticface.align.fallback import CENTRE, FORCED, fallback_face
 from elasticface.align.landmark_files import LANDMARK_COLUMNS, read_landmark_file
 from elasticface.align.photos import DEFAULT_MAX_PIXELS, PHOTO_EXTENSIONS, BadPhotoError, read_photo
 from elasticface.align.template import norm_crop
@@ -141,9 +145,11 @@ def align_folder(
     max_pixels: int = DEFAULT_MAX_PIXELS,
     progress: bool = True,
     say: Callable[[str], None] | None = None,
+    fallback: bool = False,
 ) -> AlignSummary:
     """Align every photo under `src` into `out` (see the module docstring). `detector`: an MTCNNDetector, a
-    function making one (called only if a photo needs detecting), or None for the CPU default."""
+    function making one (called only if a photo needs detecting), or None for the CPU default. `fallback`: every
+    photo holds a face (a benchmark set), so one where none is found is kept (elasticface.align.fallback)."""
     if pick not in PICK_RULES:
         raise ValueError(f"unknown pick rule {pick!r}; expected one of {PICK_RULES}")
     from tqdm import tqdm
@@ -155,7 +161,8 @@ def align_folder(
     old_faces = [r for r in _read_rows(faces_csv) if os.path.isfile(os.path.join(out, r["path"]))]
     old_report = _read_rows(report_csv)
     aligned_before = {r["source"] for r in old_faces}
-    done = aligned_before | {r["source"] for r in old_report if r["problem"] in ("no_face", "no_landmarks")}
+    retry = ("no_landmarks",) if fallback else ("no_face", "no_landmarks")
+    done = aligned_before | {r["source"] for r in old_report if r["problem"] in retry}
     kept_report = [r for r in old_report if r["source"] in done]
     given = read_landmark_file(landmarks_file, photos) if landmarks_file else None
     summary = AlignSummary(photos=len(photos), done_before=sum(1 for p in photos if p in done))
@@ -194,6 +201,10 @@ def align_folder(
                 if faces is None:
                     problem(source, "no_landmarks", f"no landmarks for it in {landmarks_file}")
                     continue
+                if not faces and fallback:
+                    kept = fallback_face(detector, photo, image_size)
+                    problem(source, kept.how, kept.detail())
+                    faces = [kept.face]
                 if not faces:
                     problem(source, "no_face", "no face found")
                     continue
@@ -236,5 +247,10 @@ def format_align_summary(summary: AlignSummary, out: str) -> str:
     if any(counts.values()):
         lines.append(", ".join(f"{v} {k.replace('_', ' ')}" for k, v in counts.items() if v)
                      + f": listed in {os.path.join(out, REPORT_CSV)}")
+    forced, centre = summary.count(FORCED), summary.count(CENTRE)
+    if forced or centre:
+        lines.append(f"{n(forced + centre, 'photo')} without a detected face kept by --fallback ({forced} from the "
+                     f"detector's later stages forced, {centre} as the centre crop): listed in "
+                     f"{os.path.join(out, REPORT_CSV)}")
     lines.append(f"faces and their boxes/landmarks: {os.path.join(out, FACES_CSV)}")
     return "\n".join(lines)

@@ -3,6 +3,7 @@
     elasticface-align photos/ faces/                        # MTCNN finds the faces; the largest one per photo
     elasticface-align photos/ faces/ --all-faces            # every face: <name>_0.jpg, <name>_1.jpg, ...
     elasticface-align photos/ faces/ --landmarks pts.txt    # landmarks from a file (.txt / .csv / .npy): no detector
+    elasticface-align photos/ faces/ --fallback             # a benchmark: every photo kept, even without a face found
 
 Rerunning the same command resumes. See docs/align.md.
 """
@@ -31,6 +32,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="the one face kept per photo: the largest box (default) or the one nearest the centre")
     parser.add_argument("--landmarks",
                         help="5-point landmarks per photo (.txt insightface, .csv, .npy); skips detection")
+    parser.add_argument("--fallback", action=argparse.BooleanOptionalAction, default=False,
+                        help="every photo holds one face (a benchmark set: dropping a photo drops its pairs): where "
+                             "none is found, align from the detector's later stages forced on the whole photo, else "
+                             "keep the centre crop; each such photo is listed in align_report.csv")
     parser.add_argument("--batch-size", type=int, default=8, help="photos detected together")
     parser.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:1, ...")
     parser.add_argument("--min-face-size", type=int, default=20, help="smallest face searched for, in photo pixels")
@@ -41,7 +46,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                                               "(default: the installed facenet-pytorch 2.6.0 wheel's)")
     parser.add_argument("--progress", action=argparse.BooleanOptionalAction, default=True)
     args = parser.parse_args(key_value_args(sys.argv[1:] if argv is None else argv,
-                                            flags=("all-faces", "progress")))
+                                            flags=("all-faces", "progress", "fallback")))
     start(parser.prog, [])
     from elasticface.align.detector import MTCNNDetector
     from elasticface.align.folder import align_folder, format_align_summary
@@ -54,7 +59,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     try:
         summary = align_folder(args.src, args.out, detector, args.landmarks, args.all_faces, args.pick,
-                               args.batch_size, args.image_size, args.max_pixels, args.progress)
+                               args.batch_size, args.image_size, args.max_pixels, args.progress,
+                               fallback=args.fallback)
     except (FileNotFoundError, NotADirectoryError, ValueError) as exc:
         print(f"elasticface-align: {exc}", file=sys.stderr)
         return 2

@@ -1,6 +1,6 @@
 """`elasticface-compare A B weights=...`: are the faces in two photos the same person?
 
-    elasticface-compare a.jpg b.jpg weights=model.pth                  # threshold stored by eval.py, else none
+    elasticface-compare a.jpg b.jpg weights=model.pth                  # threshold eval.py stored, else none
     elasticface-compare a.jpg b.jpg weights=last.ckpt --threshold 0.28 # a cosine threshold given
     elasticface-compare a.jpg b.jpg weights=model.onnx --set cfp_fp --json
 
@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Sequence
 
@@ -26,7 +27,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("b", help="second photo")
     add_model_file_arguments(parser)
     parser.add_argument("--threshold", type=float, help="cosine threshold: 'same' when the cosine is above it "
-                                                        "(default: the one eval.py stored beside the weights)")
+                                                        "(default: the one eval.py stored for these weights)")
+    parser.add_argument("--thresholds", metavar="PATH",
+                        help="where eval.py stored thresholds: a run's thresholds.json, its run folder, or a folder "
+                             "of runs (default: logs/eval here); the file beside the weights is read as well")
     parser.add_argument("--set", dest="set_name", help="which stored threshold (the .bin set it came from); "
                                                        "default lfw, else the only one stored")
     parser.add_argument("--align", choices=("auto", "always", "never"), default="auto",
@@ -48,15 +52,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     from elasticface.eval.compare import compare
     from elasticface.eval.embed import load_model_file
     from elasticface.eval.embedding_loop import resolve_device
-    from elasticface.eval.thresholds import stored_threshold
+    from elasticface.eval.thresholds import DEFAULT_SEARCH, stored_threshold
 
     device = resolve_device(args.device)
     try:
         if args.threshold is not None:
             threshold = (args.threshold, "given")
         else:
-            found = stored_threshold(args.weights, args.set_name)
-            threshold = (found[0], f"{found[1]}, stored with the weights") if found else None
+            if args.thresholds and not os.path.exists(args.thresholds):
+                raise FileNotFoundError(f"--thresholds {args.thresholds}: not found; expected an eval run's "
+                                        "thresholds.json, its run folder or a folder of runs")
+            found = stored_threshold(args.weights, args.set_name,
+                                     (args.thresholds,) if args.thresholds else (DEFAULT_SEARCH,))
+            threshold = (found[0], f"{found[1]}, {found[2]}") if found else None
         model = load_model_file(args.weights, device, args.backbone, args.embedding_size, args.allow_torchscript)
         result = compare(model, args.a, args.b, threshold, args.flip, device, args.align,
                          lambda: MTCNNDetector(device, args.weights_dir))

@@ -3,7 +3,7 @@
 Each photo is used as it is when it is already an aligned `image_size` square, else MTCNN finds the face (the
 largest, when there are several) and it is aligned by insightface's rule first. The embedding is the
 verification protocol's: (x / 255 - 0.5) / 0.5, the face plus its mirror image, L2-normalised. The threshold is
-given, or the one eval.py stored beside the model file (`elasticface.eval.thresholds`).
+given, or the one eval.py stored for the model file (`elasticface.eval.thresholds`).
 """
 
 from __future__ import annotations

@@ -173,7 +173,7 @@ def evaluate(cfg: DictConfig, output_dir: str | None = None) -> list[dict[str, A
     print(f"results: {json_path} {csv_path}")
     from elasticface.eval.thresholds import store_thresholds
 
-    stored = store_thresholds(model_file, [r for r in rows if r["benchmark"] in sets], bool(cfg.flip))
+    stored = store_thresholds(output_dir, model_file, [r for r in rows if r["benchmark"] in sets], bool(cfg.flip))
     if stored:
         print(f"thresholds for elasticface-compare: {stored}")
     if cfg.get("plots", True):
