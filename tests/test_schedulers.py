@@ -33,10 +33,25 @@ def test_cosine_and_poly_decay_to_the_floor():
     assert p[0] == pytest.approx(0.1) and p[-1] < 1e-3 and all(a >= b for a, b in zip(p, p[1:]))
 
 
+@pytest.mark.parametrize("factory", [multistep, cosine, polynomial])
+def test_warmup_as_a_share_of_the_run(factory):
+    """warmup_fraction=0.2 of 1,256 steps is warmup_steps=251 (the LFW fold-10 run): lr = base x (step + 1) / 251."""
+    by_fraction = lrs(factory, 1256, warmup_fraction=0.2)
+    assert by_fraction == lrs(factory, 1256, warmup_steps=251)
+    assert by_fraction[0] == pytest.approx(0.1 / 251) and by_fraction[250] == pytest.approx(0.1)
+
+
 @pytest.mark.parametrize(
-    "kwargs,key", [(dict(milestone_fractions=[1.5]), "milestone_fractions"), (dict(warmup_steps=100), "warmup_steps")]
+    "kwargs,message", [
+        (dict(milestone_fractions=[1.5]), "milestone_fractions"),
+        (dict(warmup_steps=100), r"scheduler.warmup_steps=100: must be in \[0, total steps = 50\)"),
+        (dict(warmup_fraction=1.0), r"scheduler.warmup_fraction=1.0: expected a share of the run in \[0, 1\)"),
+        (dict(warmup_fraction=-0.1), r"scheduler.warmup_fraction=-0.1: expected"),
+        (dict(warmup_steps=5, warmup_fraction=0.2), "scheduler.warmup_steps=5 and scheduler.warmup_fraction=0.2: "
+                                                    "expected one of the two"),
+    ]
 )
-def test_bad_schedule_names_the_key(kwargs, key):
+def test_bad_schedule_names_the_key(kwargs, message):
     opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=0.1)
-    with pytest.raises(ValueError, match=key):
+    with pytest.raises(ValueError, match=message):
         multistep(opt, total_steps=50, **kwargs)

@@ -20,9 +20,22 @@ def _warmup(step: int, warmup_steps: int) -> float:
     return (step + 1) / warmup_steps if step < warmup_steps else 1.0
 
 
-def _check_warmup(warmup_steps: int, total_steps: int) -> None:
-    if warmup_steps < 0 or warmup_steps >= max(total_steps, 1):
-        raise ValueError(f"scheduler.warmup_steps={warmup_steps}: must be in [0, total steps = {total_steps})")
+def _warmup_steps(warmup_steps: int, warmup_fraction: float, total_steps: int) -> int:
+    """The warm-up's length: `warmup_steps`, or `warmup_fraction` of the run (one of the two, or neither).
+
+    A warm-up is what lets a margin head leave its hard start on a small set: at s = 64 the first steps'
+    gradients are large enough to throw the class centres far from the origin, where they stop turning
+    (docs/margin_schedule.md)."""
+    if isinstance(warmup_fraction, bool) or not isinstance(warmup_fraction, (int, float)) \
+            or not 0.0 <= warmup_fraction < 1.0:
+        raise ValueError(f"scheduler.warmup_fraction={warmup_fraction!r}: expected a share of the run in [0, 1)")
+    if warmup_steps and warmup_fraction:
+        raise ValueError(f"scheduler.warmup_steps={warmup_steps} and scheduler.warmup_fraction={warmup_fraction}: "
+                         "expected one of the two (set the other to 0)")
+    steps = warmup_steps or int(round(warmup_fraction * total_steps))
+    if steps < 0 or steps >= max(total_steps, 1):
+        raise ValueError(f"scheduler.warmup_steps={steps}: must be in [0, total steps = {total_steps})")
+    return steps
 
 
 def multistep(
@@ -32,11 +45,12 @@ def multistep(
     milestone_fractions: Sequence[float] = (),
     gamma: float = 0.1,
     warmup_steps: int = 0,
+    warmup_fraction: float = 0.0,
 ) -> LambdaLR:
     """lr × gamma^(number of milestones passed); milestones in steps and/or fractions of total_steps."""
     if any(not 0.0 < f < 1.0 for f in milestone_fractions):
         raise ValueError(f"scheduler.milestone_fractions={list(milestone_fractions)}: each must be in (0, 1)")
-    _check_warmup(warmup_steps, total_steps)
+    warmup_steps = _warmup_steps(warmup_steps, warmup_fraction, total_steps)
     points = sorted([int(m) for m in milestones] + [int(round(f * total_steps)) for f in milestone_fractions])
 
     def factor(step: int) -> float:
@@ -61,9 +75,10 @@ def epoch_multistep(
     return LambdaLR(optimizer, factor)
 
 
-def cosine(optimizer: Optimizer, total_steps: int, warmup_steps: int = 0, min_lr_ratio: float = 0.0) -> LambdaLR:
+def cosine(optimizer: Optimizer, total_steps: int, warmup_steps: int = 0, min_lr_ratio: float = 0.0,
+           warmup_fraction: float = 0.0) -> LambdaLR:
     """Cosine decay from the base lr to min_lr_ratio × base lr after warm-up."""
-    _check_warmup(warmup_steps, total_steps)
+    warmup_steps = _warmup_steps(warmup_steps, warmup_fraction, total_steps)
 
     def factor(step: int) -> float:
         if step < warmup_steps:
@@ -74,9 +89,10 @@ def cosine(optimizer: Optimizer, total_steps: int, warmup_steps: int = 0, min_lr
     return LambdaLR(optimizer, factor)
 
 
-def polynomial(optimizer: Optimizer, total_steps: int, warmup_steps: int = 0, power: float = 2.0) -> LambdaLR:
+def polynomial(optimizer: Optimizer, total_steps: int, warmup_steps: int = 0, power: float = 2.0,
+               warmup_fraction: float = 0.0) -> LambdaLR:
     """insightface arcface_torch's PolyScheduler: (1 - progress)^power after warm-up."""
-    _check_warmup(warmup_steps, total_steps)
+    warmup_steps = _warmup_steps(warmup_steps, warmup_fraction, total_steps)
 
     def factor(step: int) -> float:
         if step < warmup_steps:
