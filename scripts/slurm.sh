@@ -47,7 +47,10 @@ SlurmUser=root
 SlurmdUser=root
 AuthType=auth/munge
 CredType=cred/munge
-AuthInfo=socket=$STATE/munge/munge.socket
+# cred_expire: a requeued job waits this long (+1 s) before it may start again (default 120 s)
+AuthInfo=socket=$STATE/munge/munge.socket,cred_expire=10
+# the main scheduling loop every 2 s (default 60 s), so a requeued job starts once it may
+SchedulerParameters=sched_interval=2
 StateSaveLocation=$STATE/ctld
 SlurmdSpoolDir=$STATE/d
 SlurmctldPidFile=$STATE/slurmctld.pid
