@@ -102,10 +102,9 @@ class SlurmLauncher(SubmititSlurmLauncher):  # type: ignore[misc,valid-type]
         sweep_dir = Path(str(self.config.hydra.sweep.dir))
         log.info(f"Submitit 'slurm' sweep output dir : {sweep_dir}")
         sweep_dir.mkdir(parents=True, exist_ok=True)
-        names, job_params = [], []
+        names, job_params = job_names(job_overrides, initial_job_idx), []
         for idx, overrides in enumerate(job_overrides, start=initial_job_idx):
-            names.append(f"#{idx} {' '.join(filter_overrides(overrides))}".strip())
-            log.info(f"\t{names[-1]}")
+            log.info(f"\t#{idx} : {' '.join(filter_overrides(overrides))}")
             job_params.append((list(overrides), "hydra.sweep.dir", idx, f"job_id_for_{idx}", Singleton.get_state()))
         jobs = executor.map_array(self, *zip(*job_params))
         ended = wait_for_all(jobs)
@@ -125,6 +124,18 @@ class SlurmLauncher(SubmititSlurmLauncher):  # type: ignore[misc,valid-type]
                  f"{sweep_dir}; the same command with hydra.sweep.dir={sweep_dir} finishes them "
                  "(resume=auto skips finished jobs and continues the others from their last checkpoint)", status=1)
         return returns
+
+
+def job_names(job_overrides: Sequence[Sequence[str]], first: int) -> list[str]:
+    """`#1 head=elastic_arc`: a job's number and the overrides that tell it from the sweep's other jobs."""
+    values: dict[str, set[str]] = {}
+    for overrides in job_overrides:
+        for override in filter_overrides(overrides):
+            key, _, value = override.partition("=")
+            values.setdefault(key, set()).add(value)
+    varying = {key for key, seen in values.items() if len(seen) > 1 or len(job_overrides) == 1}
+    return [f"#{idx} " + " ".join(o for o in filter_overrides(overrides) if o.partition("=")[0] in varying)
+            for idx, overrides in enumerate(job_overrides, start=first)]
 
 
 def wait_for_all(jobs: Sequence[Any], poll_s: float = 2.0) -> dict[str, str]:
