@@ -15,8 +15,8 @@ from typing import Any
 
 #: words of sbatch's refusal -> the launcher key that asked for it
 REFUSAL_KEYS = (
+    ("account", "account"),  # before partition: "Invalid account or account/partition combination"
     ("partition", "partition"),
-    ("account", "account"),
     ("qos", "qos"),
     ("time limit", "timeout_min"),
     ("gres", "gpus_per_node"),
@@ -25,6 +25,15 @@ REFUSAL_KEYS = (
     ("cpu count", "cpus_per_task"),
     ("node count", "nodes"),
 )
+
+
+def check_clients() -> str | None:
+    """The SLURM commands that submit and watch the jobs (submitit needs `srun` too) are on PATH."""
+    missing = [name for name in ("sbatch", "srun") if shutil.which(name) is None]
+    if missing:
+        return (f"launcher=slurm: no `{missing[0]}` on PATH: run the sweep on a SLURM login node (or, to try it "
+                "here, `make slurm-up` and the `export SLURM_CONF=...` line it prints)")
+    return None
 
 
 def check_time_limit(timeout_min: Any, signal_delay_s: Any) -> str | None:
@@ -46,10 +55,7 @@ def refused_key(said: str) -> str:
 
 
 def check_request(script: Path, params: Mapping[str, Any]) -> str | None:
-    """`sbatch --test-only <the sweep's batch script>`: no `sbatch` on PATH, or what the cluster refused."""
-    if shutil.which("sbatch") is None:
-        return ("launcher=slurm: no `sbatch` on PATH: run the sweep on a SLURM login node (or, to try it here, "
-                "`make slurm-up` and the `export SLURM_CONF=...` line it prints)")
+    """`sbatch --test-only <the sweep's batch script>`: what the cluster refused, or None."""
     out = subprocess.run(["sbatch", "--test-only", str(script)], capture_output=True, text=True, timeout=60)
     if out.returncode == 0:
         return None

@@ -25,7 +25,7 @@ from hydra.core.singleton import Singleton
 from hydra.core.utils import JobReturn, filter_overrides
 from omegaconf import OmegaConf
 
-from elasticface.utils.slurm_checks import check_request, check_time_limit
+from elasticface.utils.slurm_checks import check_clients, check_request, check_time_limit
 
 try:
     from hydra_plugins.hydra_submitit_launcher.config import BaseQueueConf
@@ -83,21 +83,23 @@ class SlurmLauncher(SubmititSlurmLauncher):  # type: ignore[misc,valid-type]
                                       for key, value in self.params.items() if key not in init_keys})
         return executor
 
-    def preflight(self, executor: Any) -> None:
-        """Everything that can be known before a job is queued; exits with one line when it fails."""
-        problem = check_time_limit(self.params.get("timeout_min"), self.params.get("signal_delay_s"))
-        if problem is None:
-            with tempfile.TemporaryDirectory() as folder:
-                script = Path(folder) / "test_only.sh"
-                script.write_text(executor._executor._make_submission_file_text("true", "test_only"))
-                problem = check_request(script, self.params)
+    def preflight(self) -> Any:
+        """Everything that can be known before a job is queued (exits with one line when it fails); the executor."""
+        problem = check_time_limit(self.params.get("timeout_min"), self.params.get("signal_delay_s")) or check_clients()
         if problem is not None:
             fail(problem)
+        executor = self.executor()
+        with tempfile.TemporaryDirectory() as folder:
+            script = Path(folder) / "test_only.sh"
+            script.write_text(executor._executor._make_submission_file_text("true", "test_only"))
+            problem = check_request(script, self.params)
+        if problem is not None:
+            fail(problem)
+        return executor
 
     def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
         assert self.config is not None and len(job_overrides) > 0
-        executor = self.executor()
-        self.preflight(executor)
+        executor = self.preflight()
         quiet_watcher_without_accounting()
         sweep_dir = Path(str(self.config.hydra.sweep.dir))
         log.info(f"Submitit 'slurm' sweep output dir : {sweep_dir}")
