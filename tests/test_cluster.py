@@ -68,6 +68,11 @@ def slurm_job(job_id: str) -> dict[str, str]:
     return dict(re.findall(r"(\w+)=(\S*)", out.stdout))
 
 
+def queued() -> set[str]:
+    """Every job slurmctld knows, finished ones included."""
+    return set(subprocess.run(["squeue", "-h", "-t", "all", "-o", "%i"], capture_output=True, text=True).stdout.split())
+
+
 def array_job_id(sweep: Path) -> str:
     """The SLURM id of the sweep's array (submitit's folder is named after it: .submitit/<id>_<task>)."""
     return sorted(p.name for p in (sweep / ".submitit").iterdir() if p.name[0].isdigit())[0].split("_")[0]
@@ -216,12 +221,11 @@ def test_array_parallelism_1_runs_the_jobs_one_after_another(tmp_path):
 
 
 def test_a_partition_the_cluster_lacks_is_one_line_and_nothing_is_queued(tmp_path):
-    before = subprocess.run(["squeue", "-h", "-t", "all", "-o", "%i"], capture_output=True, text=True).stdout
+    before = queued()
     proc = train("-m", "launcher=slurm", *CPU_JOB, "hydra.launcher.partition=gpu_a100", "debug=tiny", cwd=tmp_path)
     out = finish(proc, tmp_path, timeout=120)
     assert proc.returncode == 2, out
     (line,) = [line for line in out.splitlines() if "error" in line.lower()]
     assert line.startswith("elasticface-train: error: hydra.launcher.partition=gpu_a100: the cluster refused")
     assert "invalid partition" in line.lower(), line
-    after = subprocess.run(["squeue", "-h", "-t", "all", "-o", "%i"], capture_output=True, text=True).stdout
-    assert after == before
+    assert queued() == before, "no job was queued"
