@@ -173,7 +173,7 @@ def test_scancel_of_one_job_names_it_the_other_finishes_and_the_rerun_completes_
     assert not (job_dir(sweep, 1) / "summary.json").exists()
 
     # the same command again, in the same sweep folder as the message says: job 0 skipped, job 1 continued
-    (tmp_path / "sweep.log").unlink()
+    (tmp_path / "sweep.log").rename(tmp_path / "cancelled.log")
     again = finish(train(*sweep_args, f"hydra.sweep.dir={sweep}", cwd=tmp_path), tmp_path)
     assert "finished already" in (job_dir(sweep, 0) / "train.log").read_text(), again[-3000:]
     log1 = (job_dir(sweep, 1) / "train.log").read_text()

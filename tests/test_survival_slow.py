@@ -151,7 +151,7 @@ def test_a_signal_at_an_epochs_last_step_checkpoints_after_its_validation_and_re
     run_dir = tmp_path / "run"
     signalled = [f"+callbacks.self_signal._target_={SelfSignal.__module__}.SelfSignal",
                  "+callbacks.self_signal.at_step=2", "checkpoint.preemption_signal=SIGUSR2"]  # seen after step 3
-    with_helpers = env(PYTHONPATH=f"{ROOT / 'src'}{os.pathsep}{ROOT / 'tests'}")
+    with_helpers = {**env(), "PYTHONPATH": f"{ROOT / 'src'}{os.pathsep}{ROOT / 'tests'}"}
     out = subprocess.run(train_cmd(run_dir, *signalled), cwd=ROOT, env=with_helpers, capture_output=True, text=True,
                          timeout=600)
     assert out.returncode == 0 and "preempted at step 3" in out.stderr + out.stdout, out.stderr[-3000:]
