@@ -68,6 +68,14 @@ def slurm_job(job_id: str) -> dict[str, str]:
     return dict(re.findall(r"(\w+)=(\S*)", out.stdout))
 
 
+def finished_job(job_id: str, timeout: float = 60) -> dict[str, str]:
+    """The job once SLURM has seen it end: its result file is written a moment before its process exits."""
+    deadline = time.monotonic() + timeout
+    while (job := slurm_job(job_id))["JobState"] in ("RUNNING", "COMPLETING") and time.monotonic() < deadline:
+        time.sleep(0.5)
+    return job
+
+
 def queued() -> set[str]:
     """Every job slurmctld knows, finished ones included."""
     return set(subprocess.run(["squeue", "-h", "-t", "all", "-o", "%i"], capture_output=True, text=True).stdout.split())
@@ -108,7 +116,7 @@ def test_readme_sweep_submits_both_jobs_and_the_report_ranks_them(tmp_path):
     sweep = sweep_dir(tmp_path)
     summaries = sorted(sweep.glob("*/summary.json"))
     assert len(summaries) == 2, out[-3000:]
-    job = slurm_job(f"{array_job_id(sweep)}_1")
+    job = finished_job(f"{array_job_id(sweep)}_1")
     assert job["JobState"] == "COMPLETED" and job["Partition"] == "debug", job
     report = subprocess.run([str(BIN / "elasticface-report"), str(sweep)], capture_output=True, text=True,
                             cwd=tmp_path)
@@ -144,7 +152,7 @@ def test_time_limit_signal_checkpoints_requeues_and_resumes_to_the_uninterrupted
     steps = [int(s) for s in re.findall(r"preemption signal SIGUSR2: checkpoint of step (\d+)", log)]
     assert steps and max(steps) > 0, log[-3000:]
     assert "Requeued job" in log
-    job = slurm_job(array_job_id(sweep))
+    job = finished_job(array_job_id(sweep))
     assert int(job["Restarts"]) == len(steps) == 1, job
     ref_dir = job_dir(sweep_dir(tmp_path / "reference"), 0)
     expected, got = weights(ref_dir), weights(run_dir)
@@ -201,7 +209,7 @@ def test_ddp_under_srun_trains_one_run_with_torchruns_losses(tmp_path):
                                                                                     "metrics.csv")
     assert expected and got == expected
     sweep = sweep_dir(tmp_path / "slurm")
-    job = slurm_job(array_job_id(sweep))
+    job = finished_job(array_job_id(sweep))
     assert job["NumTasks"] == "2", job
     # one srun task per rank, each with its own log: the baselines are computed by rank 0 alone
     task_logs = {task: "".join(p.read_text() for p in sweep.glob(f".submitit/*/*_{task}_log.*")) for task in (0, 1)}
@@ -215,7 +223,7 @@ def test_array_parallelism_1_runs_the_jobs_one_after_another(tmp_path):
     sweep = sweep_dir(tmp_path)
     assert len(list(sweep.glob("*/summary.json"))) == 2, out[-3000:]
     array = array_job_id(sweep)
-    first, second = slurm_job(f"{array}_0"), slurm_job(f"{array}_1")
+    first, second = finished_job(f"{array}_0"), finished_job(f"{array}_1")
     assert "#SBATCH --array=0-1%1" in (sweep / ".submitit" / array / f"{array}_submission.sh").read_text()
     assert datetime.fromisoformat(first["EndTime"]) <= datetime.fromisoformat(second["StartTime"]), (first, second)
 

@@ -13,6 +13,7 @@ launcher, checked before anything is queued, and a sweep that outlives any one o
 from __future__ import annotations
 
 import logging
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -61,7 +62,7 @@ def queue_states(job_ids: Sequence[str]) -> dict[str, str]:
 def quiet_watcher_without_accounting() -> None:
     """Without accounting, submitit's watcher runs `sacct` every few seconds and prints its refusal each time;
     switched off here, `squeue` (wait_for_all) tells when a job ended."""
-    if subprocess.run(["sacct", "-n", "-j", "1"], capture_output=True).returncode != 0:
+    if shutil.which("sacct") is None or subprocess.run(["sacct", "-n", "-j", "1"], capture_output=True).returncode:
         from submitit.slurm.slurm import SlurmJob
 
         SlurmJob.watcher._make_command = lambda: None
