@@ -21,7 +21,7 @@ endif
 DIR ?=
 , := ,
 
-.PHONY: install train test test-matrix test-all test-slow lint format docs docs-serve bench sweep-demo report clean help
+.PHONY: install train test test-matrix test-all test-slow test-cluster slurm-up slurm-down lint format docs docs-serve bench sweep-demo report clean help
 
 help:
 	@echo "make train                                          train on synthetic faces (CPU is fine)"
@@ -29,7 +29,10 @@ help:
 	@echo "make test                                           fast test suite (no GPU, no network)"
 	@echo "make test-matrix                                    the fast suite under other thread counts, SIMD kernels and test orders"
 	@echo "make test-slow                                      the slow tests (several processes, kill and resume)"
-	@echo "make test-all                                       every test, slow ones included"
+	@echo "make test-all                                       every test, slow ones included (cluster ones while a cluster is up)"
+	@echo "make slurm-up                                       a one-host SLURM cluster on this machine (root; prints export SLURM_CONF=...)"
+	@echo "make slurm-down                                     stops the daemons slurm-up started"
+	@echo "make test-cluster                                   slurm-up, the tests that submit to it (sbatch, srun, scancel), slurm-down"
 	@echo "make lint                                           ruff check and the import layers (CI runs it)"
 	@echo "make format                                         what ruff format would change (a diff; nothing is written)"
 	@echo "make docs                                           the documentation site into site/ (warnings are errors)"
@@ -53,7 +56,7 @@ train: $(STAMP)
 
 # two workers: the 2-core machines this must fit (5 minutes) have nothing else to do meanwhile
 test: $(STAMP)
-	cd $(ROOT) && $(PY) -m pytest -n 2 -m "not slow and not gpu" -q
+	cd $(ROOT) && $(PY) -m pytest -n 2 -m "not slow and not gpu and not cluster" -q
 
 # The fast suite under the thread counts, SIMD kernels and test orders other machines give it (docs/testing.md);
 # not part of `make test`. Not every combination: each axis is covered by at least one cell:
@@ -67,7 +70,7 @@ ifndef MATRIX_SEED
 MATRIX_SEED := $(shell od -An -N2 -tu2 /dev/urandom | tr -d ' ')
 endif
 TESTS ?=
-MATRIX_PYTEST := $(PY) -m pytest -m "not slow and not gpu" -q -p no:cacheprovider $(TESTS)
+MATRIX_PYTEST := $(PY) -m pytest -m "not slow and not gpu and not cluster" -q -p no:cacheprovider $(TESTS)
 # $(call matrix_cell,TITLE,KERNEL LEVELS,OTHER VARIABLES,PYTEST ARGUMENTS)
 define matrix_cell
 	@echo "== $(1)"
@@ -82,11 +85,28 @@ test-matrix: $(STAMP)
 	$(call matrix_cell,1 thread per worker$(,) -n 2$(,) numpy at its AVX2 kernels$(,) torch's own,numpy=avx2,OMP_NUM_THREADS=1,-n 2)
 	$(call matrix_cell,random order$(,) seed $(MATRIX_SEED) (repeat: make test-matrix MATRIX_SEED=$(MATRIX_SEED))$(,) 1 thread per worker$(,) -n 2,,OMP_NUM_THREADS=1,-n 2 --random-order-bucket=global --random-order-seed=$(MATRIX_SEED))
 
+# the `cluster` tests submit to a real slurmctld: they run with the others only while `make slurm-up`'s is up
+SLURM_STATE ?= $(ROOT).slurm
+SLURM := SLURM_STATE_DIR=$(SLURM_STATE) $(ROOT)scripts/slurm.sh
+CLUSTER_UP = $(shell $(SLURM) status >/dev/null 2>&1 && echo yes)
+
 test-all: $(STAMP)
-	cd $(ROOT) && $(PY) -m pytest -q
+	cd $(ROOT) && SLURM_CONF=$(SLURM_STATE)/slurm.conf $(PY) -m pytest -q $(if $(CLUSTER_UP),,-m "not cluster")
 
 test-slow: $(STAMP)
-	cd $(ROOT) && $(PY) -m pytest -n 2 -m "slow" -q
+	cd $(ROOT) && SLURM_CONF=$(SLURM_STATE)/slurm.conf $(PY) -m pytest -n 2 -m "slow$(if $(CLUSTER_UP), or cluster)" -q
+
+slurm-up:
+	@$(SLURM) up
+
+slurm-down:
+	@$(SLURM) down
+
+# one at a time: the cluster has this machine's cores, and each test's jobs use them
+test-cluster: $(STAMP)
+	@$(SLURM) up >/dev/null
+	cd $(ROOT) && SLURM_CONF=$(SLURM_STATE)/slurm.conf $(PY) -m pytest -m cluster -q; \
+	  rc=$$?; [ $$rc = 0 ] || tail -n 20 $(SLURM_STATE)/*.log; $(SLURM) down; exit $$rc
 
 # ruff's rules and line length (120) and the import-layer contract are in pyproject.toml; PYTHONPATH makes
 # lint-imports read this tree's package even when its script was installed by another environment's python

@@ -179,16 +179,17 @@ def test_num_nodes_that_disagrees_with_the_launcher_is_refused(tmp_path, monkeyp
 
 
 def test_slurm_launcher_on_two_nodes_composes(tmp_path):
-    """The README's SLURM form: `python train.py -m launcher=slurm hydra.launcher.nodes=2 trainer.num_nodes=2`."""
+    """The README's SLURM form: `python train.py -m launcher=slurm hydra.launcher.nodes=2`; the trainer follows the
+    request (resolved as the job sees it: `trainer.num_nodes` and `devices` read `hydra.launcher`)."""
     out = subprocess.run(
         [
             sys.executable,
             str(ROOT / "train.py"),
             "launcher=slurm",
             "hydra.launcher.nodes=2",
-            "trainer.num_nodes=2",
             "--cfg",
             "all",
+            "--resolve",
         ],
         cwd=tmp_path,
         capture_output=True,

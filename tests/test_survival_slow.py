@@ -19,6 +19,7 @@ import pytest
 import torch
 
 from conftest import ROOT, TINY
+from helpers.self_signal import SelfSignal
 
 pytestmark = pytest.mark.slow
 
@@ -142,3 +143,21 @@ def test_slurm_signal_checkpoints_requeues_and_resume_auto_finishes_then_skips(r
     assert out.returncode == 0, out.stderr[-3000:]
     assert "finished already" in out.stderr + out.stdout
     assert not (run_dir / "csv" / "version_2").exists()
+
+
+def test_a_signal_at_an_epochs_last_step_checkpoints_after_its_validation_and_resumes_exactly(reference, tmp_path):
+    """SLURM's warning can land on any step: on an epoch's last one (step 3 of 3) the checkpoint waits for the
+    epoch's validation; written before it, Lightning resumed one epoch late (found on a real cluster)."""
+    run_dir = tmp_path / "run"
+    signalled = [f"+callbacks.self_signal._target_={SelfSignal.__module__}.SelfSignal",
+                 "+callbacks.self_signal.at_step=2", "checkpoint.preemption_signal=SIGUSR2"]  # seen after step 3
+    with_helpers = {**env(), "PYTHONPATH": f"{ROOT / 'src'}{os.pathsep}{ROOT / 'tests'}"}
+    out = subprocess.run(train_cmd(run_dir, *signalled), cwd=ROOT, env=with_helpers, capture_output=True, text=True,
+                         timeout=600)
+    assert out.returncode == 0 and "preempted at step 3" in out.stderr + out.stdout, out.stderr[-3000:]
+    last = torch.load(run_dir / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=False)
+    assert last["global_step"] == 3
+    out = subprocess.run(train_cmd(run_dir, "resume=auto"), cwd=ROOT, env=env(), capture_output=True, text=True,
+                         timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert_same_run(run_dir, reference[0], run_dir / "csv" / "version_1" / "metrics.csv", 3)

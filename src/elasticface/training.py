@@ -193,15 +193,18 @@ def run(cfg: DictConfig) -> dict[str, Any]:
         logger.log_hyperparams(params)
 
     baselines: dict[str, dict[str, float]] = {}
-    if cfg.get("pixel_baseline"):
+    rank_zero = trainer.is_global_zero  # only it writes summary.json: other ranks (srun tasks) skip the baselines
+    if rank_zero and cfg.get("pixel_baseline"):
         baselines["pixel"] = {name: pixel_baseline(pairs) for name, pairs in datamodule.val_sets.items()}
-    if cfg.get("eigenface_baseline") and datamodule.val_sets:
+    if rank_zero and cfg.get("eigenface_baseline") and datamodule.val_sets:
         baselines["eigenface"] = {name: eigenface_baseline(datamodule.train_set, pairs)
                                   for name, pairs in datamodule.val_sets.items()}
-    if weights is not None and datamodule.val_sets:  # a fine-tune: where it starts from, on its own pairs
+    if rank_zero and weights is not None and datamodule.val_sets:  # a fine-tune: where it starts, on its own pairs
         device = baseline_device(cfg)
         baselines["start"] = {name: start_weights_baseline(model.backbone, pairs, model.hparams.val_flip, device)
                               for name, pairs in datamodule.val_sets.items()}
+    if baselines:
+        log.info("baselines (%s) computed on global rank %d", ", ".join(baselines), trainer.global_rank)
 
     started = time.perf_counter()
     trainer.fit(model, datamodule=datamodule, ckpt_path=ckpt_path)

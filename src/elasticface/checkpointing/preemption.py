@@ -46,6 +46,7 @@ class Preemption(pl.Callback):
                                  "SIGUSR1 or SIGUSR2, or null") from None
         self.requested = False
         self.preempted = False
+        self._at_epoch_end = False
         self._wrapped: Any = None
 
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
@@ -61,7 +62,20 @@ class Preemption(pl.Callback):
         requested = self.requested
         if trainer.world_size > 1:  # every rank stops at the same step, or DDP hangs
             requested = trainer.strategy.reduce_boolean_decision(requested, all=False)
-        if requested and not self.preempted:
+        if requested and not self.preempted and not self._at_epoch_end:
+            if trainer.fit_loop.epoch_loop.batch_progress.is_last_batch:
+                # a checkpoint from an epoch's last batch, before its validation and end, resumes one epoch late
+                # (Lightning 2.6; SLURM's signal found it): written after them, where Lightning writes its own
+                self._at_epoch_end = True
+            else:
+                self.preempt(trainer)
+
+    def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if self._at_epoch_end and not self.preempted and not trainer.sanity_checking:
+            self.preempt(trainer)
+
+    def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if self._at_epoch_end and not self.preempted:  # an epoch without validation
             self.preempt(trainer)
 
     def preempt(self, trainer: pl.Trainer) -> None:

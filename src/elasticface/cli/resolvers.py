@@ -14,6 +14,7 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import OmegaConf
 
 from elasticface.cli.head_group import register_head_group
+from elasticface.cli.slurm_plugin import register_slurm_launcher
 from elasticface.utils.config import config_dir
 
 from elasticface.loggers.run_names import current_sweep_group, group_choice, run_name, run_tags
@@ -60,9 +61,11 @@ def head_default(name: str, key: str) -> float | None:
 
 
 def register_config_code() -> None:
-    """What the config tree needs from code before Hydra composes it: every resolver configs/ uses and the head
-    group's options (from the registry). A second call changes nothing (the head group is made again)."""
+    """What the config tree needs from code before Hydra composes it: every resolver configs/ uses, the head
+    group's options (from the registry) and launcher=slurm's launcher. A second call changes nothing (the head
+    group is made again)."""
     register_head_group()
+    register_slurm_launcher()
     resolvers = {
         "wandb_mode": wandb_mode,
         "short_dirname": short_dirname,
