@@ -74,7 +74,7 @@ MATRIX_PYTEST := $(PY) -m pytest -m "not slow and not gpu and not cluster" -q -p
 # $(call matrix_cell,TITLE,KERNEL LEVELS,OTHER VARIABLES,PYTEST ARGUMENTS)
 define matrix_cell
 	@echo "== $(1)"
-	@cd $(ROOT) && rc=0 && kernels=$$($(PY) -m elasticface.utils.simd env $(2)) || rc=$$?; \
+	@cd $(ROOT) && rc=0 && kernels=$$($(PY) -m elasticface.cli.simd env $(2)) || rc=$$?; \
 	if [ $$rc = 3 ]; then echo "   (cell left out)"; elif [ $$rc != 0 ]; then exit $$rc; \
 	else echo "   env $(3) $$kernels"; env $(3) $$kernels $(MATRIX_PYTEST) $(4); fi
 endef

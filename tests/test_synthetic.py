@@ -342,7 +342,7 @@ def test_simd_command_prints_an_offered_choice_and_refuses_one_above_the_cpu():
     if not cpu.offers("torch", "avx2") or not cpu.offers("numpy", "avx2"):
         pytest.skip(f"this CPU offers no AVX2 kernels to emulate an AVX2-only machine with ({cpu})")
     emulated = child_env(cpu.env(numpy="avx2", torch="avx2"))
-    cmd = [sys.executable, "-m", "elasticface.utils.simd", "env"]
+    cmd = [sys.executable, "-m", "elasticface.cli.simd", "env"]
     ok = subprocess.run([*cmd, "torch=avx2", "numpy=baseline"], env=emulated, capture_output=True, text=True)
     assert ok.returncode == 0, ok.stderr
     assert ok.stdout.split() == [f"NPY_ENABLE_CPU_FEATURES={cpu.numpy_enable('baseline')}", "ATEN_CPU_CAPABILITY=avx2"]

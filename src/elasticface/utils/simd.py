@@ -6,15 +6,13 @@ what the process may use is left out and named. "What the process may use" is re
 so a parent that already restricts the kernels (`ATEN_CPU_CAPABILITY=avx2`, `NPY_ENABLE_CPU_FEATURES=...`)
 is an AVX2-only CPU to everything below it: that is how `make test` is run as on an AVX2-only machine.
 
-`python -m elasticface.utils.simd env numpy=avx2 torch=avx2` prints the assignments for `env` (exit 0), or says
-on stderr why the choice is left out (exit 3); `python -m elasticface.utils.simd` prints the levels offered.
+`python -m elasticface.cli.simd env numpy=avx2 torch=avx2` asks the same from a shell (make test-matrix).
 """
 
 from __future__ import annotations
 
 import os
 import platform
-import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -101,25 +99,3 @@ def child_env(choice: Mapping[str, str], base: Mapping[str, str] | None = None) 
         env.pop("NPY_DISABLE_CPU_FEATURES", None)
     env.update(choice)
     return env
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    args = list(sys.argv[1:] if argv is None else argv)
-    cpu = CpuKernels.of_this_process()
-    if not args:
-        print(f"torch {cpu.torch_capability}, numpy {cpu.numpy_level()}, x86 {cpu.x86}; offered: "
-              + ", ".join(f"{lib} {lv}" for lib in ("numpy", "torch") for lv in LEVELS if cpu.offers(lib, lv)))
-        return 0
-    if args[0] != "env" or not all(a.partition("=")[0] in ("numpy", "torch") for a in args[1:]):
-        print("usage: python -m elasticface.utils.simd [env [numpy=LEVEL] [torch=LEVEL]]", file=sys.stderr)
-        return 2
-    try:
-        print(" ".join(f"{k}={v}" for k, v in cpu.env(**dict(a.split("=", 1) for a in args[1:])).items()))
-    except ValueError as e:
-        print(e, file=sys.stderr)
-        return 3
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

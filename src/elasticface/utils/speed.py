@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import os
+import platform
 import shutil
 
 import torch
@@ -93,7 +94,12 @@ def should_compile(setting: bool | str, training_on_cpu: bool) -> bool:
 
 
 def cpu_has_bf16() -> bool:
-    """Whether this CPU computes bf16 natively (AVX-512 BF16 / AMX, or AVX-512 core), as oneDNN sees it."""
+    """Whether this CPU computes bf16 natively (AVX-512 BF16 / AMX, or AVX-512 core), as oneDNN sees it and as
+    torch's own kernels run here: under ATEN_CPU_CAPABILITY=avx2 (an AVX2 machine emulated) oneDNN still finds
+    AVX-512 while torch's kernels have none, a mix no CPU has (compiled bf16 training diverged at step 0 in it)."""
+    x86 = platform.machine().lower() in ("x86_64", "amd64")
+    if x86 and torch.backends.cpu.get_cpu_capability() in ("DEFAULT", "AVX2"):
+        return False
     try:
         return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
     except (AttributeError, RuntimeError):
