@@ -11,6 +11,7 @@ still reads `<model file>.thresholds.json`, where earlier versions wrote them.
 
 from __future__ import annotations
 
+import functools
 import glob
 import json
 import logging
@@ -101,7 +102,7 @@ def find_thresholds(weights: str, search: Iterable[str]) -> list[Stored]:
     """Every stored table for `weights`, the first to be used first: the runs' files under `search` that name
     the same bytes (newest first), then the old file beside the weights. A file named directly (not found in a
     folder) that was measured on other bytes is an error: it would give a threshold of another model."""
-    digest: Callable[[], str] = _once(lambda: file_sha256(weights))
+    digest: Callable[[], str] = functools.cache(lambda: file_sha256(weights))  # hashed once, only if needed
     tables: list[Stored] = []
     for place in search:
         direct = os.path.isfile(place)
@@ -120,17 +121,6 @@ def find_thresholds(weights: str, search: Iterable[str]) -> list[Stored]:
     if os.path.isfile(old):
         tables.append(read_file(old))
     return tables
-
-
-def _once(make: Callable[[], str]) -> Callable[[], str]:
-    value: list[str] = []
-
-    def get() -> str:
-        if not value:
-            value.append(make())
-        return value[0]
-
-    return get
 
 
 def stored_threshold(weights: str, set_name: str | None = None,
