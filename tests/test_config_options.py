@@ -39,7 +39,9 @@ DATA = {"recordio": ["data.root={base}/data/faces_emore"],
 #: options that need photos the tests do not have (LFW's): composed only (tests/test_lfw_split.py builds
 #: a synthetic split and its data module; tests/test_paper_grids.py composes the sweep's jobs)
 NEEDS_PHOTOS = {("experiment", "lfw_fold10"): ["data.root={base}/data/lfw_split"],
+                ("experiment", "lfw_folds6_10"): ["data.root={base}/data/lfw_split_6_10"],
                 ("hparams_search", "lfw_fold10"): ["data.root={base}/data/lfw_split"],
+                ("hparams_search", "lfw_fold10_remedies"): ["data.root={base}/data/lfw_split"],
                 ("experiment", "lfw_y1_finetune"): ["data.root={base}/data/lfw_split",
                                                     "weights={base}/model-y1-test2/model-0000.params"]}
 

@@ -13,6 +13,7 @@ import pytest
 import torch
 
 import elasticface.training as training
+from elasticface.utils.speed import cpu_has_bf16
 from helpers.host_reads import StepReads, count_host_reads
 from helpers.nonfinite import nan_loss_at_step
 
@@ -36,7 +37,10 @@ def reads_per_step(cfg, monkeypatch) -> list[tuple[int, bool, list[tuple[str, st
     [
         [],
         pytest.param(["head=elastic_arc_plus"], marks=pytest.mark.slow),
-        pytest.param(["head=curricularface", "trainer.precision=bf16-mixed"], marks=pytest.mark.slow),
+        pytest.param(["head=curricularface", "trainer.precision=bf16-mixed"], marks=[
+            pytest.mark.slow,
+            # refused without bf16 instructions (tests/test_speed_settings.py checks the refusal)
+            pytest.mark.skipif(not cpu_has_bf16(), reason="this CPU's kernels have no bf16: bf16-mixed is refused")]),
         pytest.param(
             [
                 "head=magface",
