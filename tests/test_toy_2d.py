@@ -280,7 +280,8 @@ def test_the_papers_resnet18_at_112_composes():
 
 
 def _toy_run(tmp_path, seed: int, scale: int | None, flat: float = 0.01) -> list[float]:
-    """ArcFace on the toy set, the config as it is: the 8 centre gaps in degrees, after checking that the run ended and its loss is flat at the end (moving by under `flat` of its whole fall)."""
+    """ArcFace on the toy set, the config as it is: the 8 centre gaps in degrees, after checking that the run
+    ended and its loss is flat at the end (moving by under `flat` of its whole fall)."""
     import csv
 
     summary = run(compose_train(["experiment=toy_2d", "head=arcface", f"seed={seed}"]
