@@ -70,20 +70,22 @@ ifndef MATRIX_SEED
 MATRIX_SEED := $(shell od -An -N2 -tu2 /dev/urandom | tr -d ' ')
 endif
 TESTS ?=
+#   CELLS=<numbers> runs those cells only (make test-matrix CELLS="3 4" after a failure in cell 3).
+CELLS ?= 1 2 3 4
 MATRIX_PYTEST := $(PY) -m pytest -m "not slow and not gpu and not cluster" -q -p no:cacheprovider $(TESTS)
-# $(call matrix_cell,TITLE,KERNEL LEVELS,OTHER VARIABLES,PYTEST ARGUMENTS)
+# $(call matrix_cell,NUMBER,TITLE,KERNEL LEVELS,OTHER VARIABLES,PYTEST ARGUMENTS)
 define matrix_cell
-	@echo "== $(1)"
-	@cd $(ROOT) && rc=0 && kernels=$$($(PY) -m elasticface.cli.simd env $(2)) || rc=$$?; \
+	@case " $(CELLS) " in *" $(1) "*) ;; *) exit 0;; esac; echo "== cell $(1): $(2)"; \
+	cd $(ROOT) && rc=0 && kernels=$$($(PY) -m elasticface.cli.simd env $(3)) || rc=$$?; \
 	if [ $$rc = 3 ]; then echo "   (cell left out)"; elif [ $$rc != 0 ]; then exit $$rc; \
-	else echo "   env $(3) $$kernels"; env $(3) $$kernels $(MATRIX_PYTEST) $(4); fi
+	else echo "   env $(4) $$kernels"; env $(4) $$kernels $(MATRIX_PYTEST) $(5); fi
 endef
 
 test-matrix: $(STAMP)
-	$(call matrix_cell,1 thread per worker$(,) -n 2$(,) torch AVX2 kernels,torch=avx2,OMP_NUM_THREADS=1,-n 2)
-	$(call matrix_cell,2 threads$(,) -n 1$(,) torch's scalar (default) kernels,torch=baseline,OMP_NUM_THREADS=2,-n 1)
-	$(call matrix_cell,1 thread per worker$(,) -n 2$(,) numpy at its AVX2 kernels$(,) torch's own,numpy=avx2,OMP_NUM_THREADS=1,-n 2)
-	$(call matrix_cell,random order$(,) seed $(MATRIX_SEED) (repeat: make test-matrix MATRIX_SEED=$(MATRIX_SEED))$(,) 1 thread per worker$(,) -n 2,,OMP_NUM_THREADS=1,-n 2 --random-order-bucket=global --random-order-seed=$(MATRIX_SEED))
+	$(call matrix_cell,1,1 thread per worker$(,) -n 2$(,) torch AVX2 kernels,torch=avx2,OMP_NUM_THREADS=1,-n 2)
+	$(call matrix_cell,2,2 threads$(,) -n 1$(,) torch's scalar (default) kernels,torch=baseline,OMP_NUM_THREADS=2,-n 1)
+	$(call matrix_cell,3,1 thread per worker$(,) -n 2$(,) numpy at its AVX2 kernels$(,) torch's own,numpy=avx2,OMP_NUM_THREADS=1,-n 2)
+	$(call matrix_cell,4,random order$(,) seed $(MATRIX_SEED) (repeat: make test-matrix MATRIX_SEED=$(MATRIX_SEED))$(,) 1 thread per worker$(,) -n 2,,OMP_NUM_THREADS=1,-n 2 --random-order-bucket=global --random-order-seed=$(MATRIX_SEED))
 
 # the `cluster` tests submit to a real slurmctld: they run with the others only while `make slurm-up`'s is up
 SLURM_STATE ?= $(ROOT).slurm
