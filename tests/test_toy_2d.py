@@ -279,12 +279,12 @@ def test_the_papers_resnet18_at_112_composes():
     assert backbone.neck.features.bias.requires_grad is False and cfg.callbacks.hold_centres.steps == 200
 
 
-def _toy_run(tmp_path, seed: int, scale: int | None, flat: float = 0.01) -> list[float]:
-    """ArcFace on the toy set, the config as it is: the 8 centre gaps in degrees, after checking that the run
+def _toy_run(tmp_path, scale: int | None, flat: float = 0.01) -> list[float]:
+    """ArcFace on the toy set, seed 1, the config as it is: the 8 centre gaps in degrees, after checking that the run
     ended and its loss is flat at the end (moving by under `flat` of its whole fall)."""
     import csv
 
-    summary = run(compose_train(["experiment=toy_2d", "head=arcface", f"seed={seed}"]
+    summary = run(compose_train(["experiment=toy_2d", "head=arcface", "seed=1"]
                                 + ([f"s={scale}"] if scale else []), tmp_path))
     assert summary["global_step"] == 3000
     result = json.loads((tmp_path / "toy_2d.json").read_text())
@@ -315,7 +315,7 @@ def test_the_toy_recipe_converges_at_the_papers_scale(tmp_path):
     the kernels: at most one gap under 30° (the placement itself is checked at s = 16, below), and a loss flat to
     2% of its fall (a merged pair leaves it at ~2 with more batch noise: 1.03% seen under AVX2; ~0 otherwise).
     """
-    gaps = _toy_run(tmp_path, 1, None, flat=0.02)
+    gaps = _toy_run(tmp_path, None, flat=0.02)
     assert sum(g < 30.0 for g in gaps) <= 1, gaps
 
 
@@ -323,5 +323,5 @@ def test_the_toy_recipe_converges_at_the_papers_scale(tmp_path):
 def test_the_toy_recipe_spreads_the_centres_evenly_at_s16(tmp_path):
     """ArcFace at s = 16, seed 1: the loss cannot reach ~0, and the same network and schedule spread the centres
     to 45° ± 5° (±0.6° seen, whatever the kernels)."""
-    gaps = _toy_run(tmp_path, 1, 16)
+    gaps = _toy_run(tmp_path, 16)
     assert all(abs(g - 45.0) <= 5.0 for g in gaps), gaps
