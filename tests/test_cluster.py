@@ -128,8 +128,8 @@ def test_readme_sweep_submits_both_jobs_and_the_report_ranks_them(tmp_path):
 
 def test_time_limit_signal_checkpoints_requeues_and_resumes_to_the_uninterrupted_weights(tmp_path):
     """A 1-minute limit (SLURM signals 10 s before it, or earlier: its timer is coarse) against the same job
-    with time to spare, both on the cluster at once."""
-    run = ["-m", "launcher=slurm", *CPU_JOB, "debug=tiny", "trainer.max_epochs=12"]
+    with time to spare, both on the cluster at once. 40 epochs: 12 ended inside the minute on an idle machine."""
+    run = ["-m", "launcher=slurm", *CPU_JOB, "debug=tiny", "trainer.max_epochs=40"]
     (tmp_path / "limited").mkdir()
     (tmp_path / "reference").mkdir()
     limited = train(*run, "hydra.launcher.timeout_min=1", "hydra.launcher.signal_delay_s=10", cwd=tmp_path / "limited")
