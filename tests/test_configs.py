@@ -27,7 +27,7 @@ PAPER = {
 
 @pytest.mark.parametrize("head,expected", sorted(PAPER.items()))
 def test_head_group_sets_paper_defaults(head, expected):
-    cfg = compose_train([f"head={head}"])
+    cfg = compose_train([f"head={head}", "scale=head"])
     assert (cfg.m, cfg.s, cfg.sigma) == expected
     assert (cfg.model.head.m, cfg.model.head.s, cfg.model.head.sigma) == expected
 
@@ -45,7 +45,7 @@ def test_top_level_keys_are_declared():
 
 @pytest.mark.parametrize("head", HEADS)
 def test_every_head_config_builds_its_head(head):
-    cfg = compose_train([f"head={head}"])
+    cfg = compose_train([f"head={head}", "scale=head"])  # the head's own s; scale=class_count: test_scale.py
     from elasticface.heads.base import MarginHead
 
     node = OmegaConf.to_container(cfg.model.head, resolve=True)
@@ -81,7 +81,7 @@ def test_a_head_yaml_of_the_users_own_is_an_option_beside_the_registrys(tmp_path
     assert (preset.m, preset.s, preset.sigma, preset.model.head.name) == (0.45, 32.0, None, "arcface")
     head = instantiate(preset.model.head)
     assert type(head).__name__ == "ArcFace" and (head.m, head.s) == (0.45, 32.0)
-    assert (registry.m, registry.s, registry.model.head.name) == (0.35, 64.0, "cosface")
+    assert (registry.m, registry.s, registry.model.head.name) == (0.35, "class_count", "cosface")  # scale's rule
 
 
 @pytest.mark.parametrize("experiment", EXPERIMENTS)
@@ -138,7 +138,7 @@ def test_cfg_job_prints_the_composed_config_verbatim_command():
     out = run_cli("--cfg", "job", "head=elastic_arc_plus", "sigma=0.0175")
     assert out.returncode == 0, out.stderr
     cfg = OmegaConf.create(out.stdout)
-    assert cfg.sigma == 0.0175 and cfg.m == 0.5 and cfg.s == 64.0
+    assert cfg.sigma == 0.0175 and cfg.m == 0.5 and cfg.s == "class_count"
     assert cfg.model.head.name == "elastic_arc_plus" and cfg.model.head.sigma == 0.0175
 
 

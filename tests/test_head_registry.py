@@ -30,8 +30,9 @@ def test_head_option_names_the_head_and_restates_no_value(name):
     assert node == {"_target_": "elasticface.heads.build_head", "name": name, **{k: "${%s}" % k for k in keys},
                     **args}
     top = {k: v for k, v in OmegaConf.to_container(option, resolve=False).items() if k != "model"}
-    assert top == {k: f"${{head_default:{name},{k}}}" for k in keys}
-    resolved = OmegaConf.to_container(option, resolve=True)
+    want = {k: f"${{head_default:{name},{k}}}" for k in keys}
+    assert top == {**want, **({"s": f"${{head_scale:{name},${{scale}}}}"} if "s" in keys else {})}
+    resolved = OmegaConf.to_container(OmegaConf.merge({"scale": "head"}, option), resolve=True)
     assert {k: resolved[k] for k in keys} == {k: getattr(entry, k) for k in keys}
 
 
@@ -147,9 +148,9 @@ def test_a_throw_away_head_is_one_file_and_one_registry_line(half_margin, tmp_pa
     from elasticface.heads import build_head
     from elasticface.heads.table import head_table
 
-    cfg = compose_train(["head=half_margin"])  # the commands' registration and composition
+    cfg = compose_train(["head=half_margin", "scale=head"])  # the commands' registration and composition
     assert (cfg.m, cfg.s, cfg.sigma) == (0.4, 30.0, None)
-    cfg = compose_train(["head=half_margin", "m=0.3"])
+    cfg = compose_train(["head=half_margin", "m=0.3", "scale=head"])
     head = instantiate(cfg.model.head)
     assert type(head).__name__ == "HalfMargin" and (head.m, head.s) == (0.3, 30.0)
     assert build_head("half_margin").m == 0.4 and build_head("half_margin", m=None, s=10.0).s == 10.0
@@ -198,7 +199,7 @@ def test_a_throw_away_head_is_a_command_line_option_without_torch(tmp_path):
                          capture_output=True, text=True, timeout=120)
     assert job.returncode == 0, job.stderr
     cfg = OmegaConf.to_container(OmegaConf.create(job.stdout.rsplit("torch imported:", 1)[0]))  # unresolved
-    assert (cfg["m"], cfg["s"], cfg["sigma"]) == (0.3, "${head_default:half_margin,s}", None)
+    assert (cfg["m"], cfg["s"], cfg["sigma"]) == (0.3, "${head_scale:half_margin,${scale}}", None)
     assert cfg["model"]["head"] == {"_target_": "elasticface.heads.build_head", "name": "half_margin", "m": "${m}",
                                     "s": "${s}"}
     assert job.stdout.strip().endswith("torch imported: False")

@@ -183,7 +183,7 @@ def test_the_logged_hyperparameters_carry_the_head_arguments(tmp_path):
     """W&B and TensorBoard's HPARAMS get these (training.run logs them to every logger)."""
     from elasticface.training import hyperparameters
 
-    params = hyperparameters(compose_train(["head=elastic_arc_plus"], tmp_path))
+    params = hyperparameters(compose_train(["head=elastic_arc_plus"], tmp_path), 64.0)
     assert (params["model/head/plus_assignment"], params["model/head/guard"]) == ("paper", "thmm")
 
 

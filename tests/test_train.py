@@ -11,6 +11,9 @@ import yaml
 from conftest import ROOT, TINY
 from elasticface.training import run
 
+# debug=tiny's 8 classes at the default scale=class_count: AdaCos's sqrt(2)·ln(C - 1), written out
+S_8_CLASSES = 2.751932523953475
+
 
 def test_run_writes_summary_and_checkpoints(tiny_cfg, tmp_path):
     summary = run(tiny_cfg("head=elastic_arc_plus"))
@@ -19,7 +22,7 @@ def test_run_writes_summary_and_checkpoints(tiny_cfg, tmp_path):
     for key in ("baseline/pixel_acc", "train_seconds", "images_per_second", "m", "s", "sigma", "head", "backbone",
                 "data"):
         assert saved[key] is not None, key
-    assert (saved["m"], saved["s"], saved["sigma"]) == (0.5, 64.0, 0.0175)
+    assert (saved["m"], saved["sigma"]) == (0.5, 0.0175) and saved["s"] == pytest.approx(S_8_CLASSES, rel=1e-12)
     acc_mean = saved["val/acc_mean"]
     assert 0.0 <= acc_mean["best"] <= 1.0 and acc_mean["best"] >= acc_mean["final"]
     assert saved["images_per_second"] > 0
@@ -30,7 +33,8 @@ def test_run_writes_summary_and_checkpoints(tiny_cfg, tmp_path):
                  "val/synthetic/acc"):
         assert name in metrics, name
     hparams = yaml.safe_load((tmp_path / "csv" / "version_0" / "hparams.yaml").read_text())
-    assert hparams["sigma"] == 0.0175 and hparams["m"] == 0.5 and hparams["s"] == 64.0
+    assert hparams["sigma"] == 0.0175 and hparams["m"] == 0.5 and hparams["s"] == pytest.approx(S_8_CLASSES)
+    assert hparams["scale"] == "class_count"
 
 
 def test_resume_continues_step_count_optimizer_and_margin_rng(tiny_cfg, tmp_path):
@@ -66,7 +70,7 @@ def test_multirun_four_jobs_each_in_its_own_directory(tmp_path):
         summary = json.loads((job / "summary.json").read_text())
         hparams = yaml.safe_load((job / "csv" / "version_0" / "hparams.yaml").read_text())
         assert hparams["sigma"] == summary["sigma"] and hparams["choice/head"] == summary["head"]
-        assert hparams["m"] == 0.5 and hparams["s"] == 64.0
+        assert hparams["m"] == 0.5 and hparams["s"] == pytest.approx(S_8_CLASSES) == summary["s"]
         assert summary["val/acc_mean"]["final"] is not None, "stopped mid-epoch, still validated at the end"
         seen.add((summary["head"], summary["sigma"]))
     assert seen == {(h, s) for h in ("elastic_arc", "elastic_arc_plus") for s in (0.0125, 0.025)}

@@ -40,7 +40,7 @@ def make_summary(cfg: DictConfig, trainer: pl.Trainer, model: FaceRecognitionMod
         "train_seconds": train_seconds,
         "images_per_second": throughput.images_per_second,
         "global_step": trainer.global_step,
-        "m": cfg.get("m"), "s": cfg.get("s"), "sigma": cfg.get("sigma"), "seed": cfg.get("seed"),
+        "m": cfg.get("m"), "s": model.head.s, "sigma": cfg.get("sigma"), "seed": cfg.get("seed"),
         "head": group_choice(cfg, "head"),
         "backbone": group_choice(cfg, "backbone"),
         "data": group_choice(cfg, "data"),

@@ -30,6 +30,7 @@ from elasticface.data.datamodule import FaceDataModule
 from elasticface.eval.baselines import eigenface_baseline, pixel_baseline, start_weights_baseline
 from elasticface.module import FaceRecognitionModule
 from elasticface.run_summary import format_summary, make_summary
+from elasticface.scale import CLASS_COUNT, check_scale, class_count_scale
 from elasticface.utils.config import flatten, group_choices, validate_top_level
 from elasticface.utils.console import print_config_tree, quiet_lightning_tips
 from elasticface.utils.instantiators import instantiate_callbacks, instantiate_loggers
@@ -42,8 +43,12 @@ log = logging.getLogger(__name__)
 
 
 def build_module(cfg: DictConfig, num_classes: int) -> FaceRecognitionModule:
-    """`model._target_` built from the config as plain containers (they become the checkpoint's hparams)."""
-    return instantiate(cfg.model, num_classes=num_classes, _recursive_=False, _convert_="all")
+    """`model._target_` built from the config as plain containers (they become the checkpoint's hparams);
+    `s: class_count` becomes its number for these classes."""
+    model = OmegaConf.to_container(cfg.model, resolve=True)
+    if model["head"].get("s") == CLASS_COUNT:
+        model["head"]["s"] = class_count_scale(num_classes)
+    return instantiate(model, num_classes=num_classes, _recursive_=False, _convert_="all")
 
 
 def required_callbacks(cfg: DictConfig, configured: list[pl.Callback]) -> list[pl.Callback]:
@@ -153,16 +158,19 @@ def baseline_device(cfg: DictConfig) -> str:
     return "cpu"
 
 
-def hyperparameters(cfg: DictConfig) -> dict[str, Any]:
-    """The resolved config, flattened, with the sweep axes (m, s, sigma) and the group choices up front."""
-    params: dict[str, Any] = {"m": cfg.get("m"), "s": cfg.get("s"), "sigma": cfg.get("sigma"), "seed": cfg.get("seed")}
+def hyperparameters(cfg: DictConfig, s: float | None) -> dict[str, Any]:
+    """The resolved config, flattened, with the sweep axes (m, s, sigma) and the group choices up front; `s` the
+    head's own (a number where the config says class_count)."""
+    params: dict[str, Any] = {"m": cfg.get("m"), "s": s, "sigma": cfg.get("sigma"), "seed": cfg.get("seed")}
     params.update({f"choice/{k}": v for k, v in group_choices().items()})
     params.update(flatten(OmegaConf.to_container(cfg, resolve=True)))
+    params["s"] = s
     return params
 
 
 def run(cfg: DictConfig) -> dict[str, Any]:
     """Train one model as the config says and return (and write) its summary."""
+    check_scale(cfg)  # first: reading s resolves the scale rule
     validate_top_level(cfg)
     quiet_lightning_tips()
     set_threads(cfg)
@@ -188,7 +196,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
         model.backbone.load_state_dict(start.state_dict())
         del start
     trainer, throughput = build_trainer(cfg)
-    params = hyperparameters(cfg)
+    params = hyperparameters(cfg, model.head.s)
     for logger in trainer.loggers:
         logger.log_hyperparams(params)
 

@@ -140,11 +140,25 @@ class DivergenceGuard(pl.Callback):
         if should_update_logs(trainer):
             self.read_flags(trainer, pl_module, can_log=True)
 
+    def check_weights(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        """A finite loss and gradient can still leave weights or BatchNorm statistics non-finite (a huge lr's
+        update overflows, or the forward pass of the next batch does): stop before validation or a checkpoint."""
+        broken = nonfinite_weights(pl_module)
+        if broken:
+            shown = ", ".join(broken[:3]) + (f" and {len(broken) - 3} more" if len(broken) > 3 else "")
+            raise TrainingDiverged(
+                f"training diverged at step {trainer.global_step} (epoch {trainer.current_epoch}): {len(broken)} "
+                f"weights or statistics are not finite ({shown}) though the loss and gradients were. Lower "
+                "optimizer.lr, keep model.clip_grad_norm; the last checkpoint holds finite weights."
+            )
+
     def on_save_checkpoint(self, trainer: pl.Trainer, pl_module: pl.LightningModule, checkpoint: dict) -> None:
         self.read_flags(trainer, pl_module)  # never a checkpoint written after an unread bad step
+        self.check_weights(trainer, pl_module)
 
     def on_validation_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self.read_flags(trainer, pl_module)
+        self.check_weights(trainer, pl_module)
 
     def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self.read_flags(trainer, pl_module, can_log=True)

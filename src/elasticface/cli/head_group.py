@@ -27,7 +27,10 @@ def head_option(name: str, entry: HeadEntry) -> dict[str, Any]:
     keys = list(entry.top_level())
     args = entry.args if entry.base is None else {**entry.base.args, **entry.args}  # sub-center: its base's too
     head = {"_target_": "elasticface.heads.build_head", "name": name, **{k: "${%s}" % k for k in keys}, **args}
-    return {**{k: f"${{head_default:{name},{k}}}" for k in keys}, "model": {"head": head}}
+    defaults = {k: f"${{head_default:{name},{k}}}" for k in keys}
+    if "s" in defaults:  # the `scale` rule: class_count (the default) or the head's own
+        defaults["s"] = f"${{head_scale:{name},${{scale}}}}"
+    return {**defaults, "model": {"head": head}}
 
 
 def register_head_group() -> None:

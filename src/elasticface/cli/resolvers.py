@@ -60,6 +60,13 @@ def head_default(name: str, key: str) -> float | None:
     return getattr(head_entry(name), key)
 
 
+def head_scale_default(name: str, rule: str) -> float | str:
+    """`${head_scale:<head>,${scale}}`: the head option's s, `class_count` or the head's paper s (elasticface.scale)."""
+    from elasticface.scale import head_scale
+
+    return head_scale(head_default(name, "s"), rule)
+
+
 def register_config_code() -> None:
     """What the config tree needs from code before Hydra composes it: every resolver configs/ uses, the head
     group's options (from the registry) and launcher=slurm's launcher. A second call changes nothing (the head
@@ -72,6 +79,7 @@ def register_config_code() -> None:
         "cwd": os.getcwd,
         "config_group_options": config_group_options,
         "head_default": head_default,
+        "head_scale": head_scale_default,
         "run_stamp": run_stamp,  # one run directory for all nodes of a multi-node job
         # what a run is called on the dashboards (loggers/run_names.py)
         "run_name": lambda *, _root_: run_name(_root_),

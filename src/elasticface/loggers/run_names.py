@@ -14,6 +14,7 @@ from hydra.types import RunMode
 from omegaconf import DictConfig
 
 from elasticface.heads.registry import HEADS
+from elasticface.scale import CLASS_COUNT
 from elasticface.utils.config import group_choices
 
 PAPER_SCALE = 64.0  # the scale of a head the registry does not know (a config of the user's own)
@@ -36,7 +37,8 @@ def run_name(cfg: DictConfig) -> str:
 
     E.g. `elastic_arc_plus-m0.5-sigma0.0175-iresnet50-seed42`.
 
-    s appears only when it is not the head's paper default (heads/registry.py); σ only for heads that have
+    s appears only when it is a number other than the head's paper default (heads/registry.py), not under
+    the default `scale: class_count`; σ only for heads that have
     one. Safe as a directory name (TensorBoard shows the directory as the run's name).
     """
     head = group_choice(cfg, "head")
@@ -44,7 +46,7 @@ def run_name(cfg: DictConfig) -> str:
     if cfg.get("m") is not None:
         parts.append(f"m{cfg.m:g}")
     paper_s = HEADS[head].s if head in HEADS else PAPER_SCALE
-    if cfg.get("s") is not None and float(cfg.s) != paper_s:
+    if cfg.get("s") not in (None, CLASS_COUNT) and float(cfg.s) != paper_s:  # class_count: the default rule
         parts.append(f"s{cfg.s:g}")
     if cfg.get("sigma") is not None:
         parts.append(f"sigma{cfg.sigma:g}")

@@ -80,9 +80,7 @@ def validate_top_level(cfg: DictConfig) -> None:
         raise ValueError(f"{', '.join(missing)}: this config needs a value; give it on the command line, "
                          f"e.g. {missing[0]}=...")
     _number(cfg, "m")  # each head checks its own range of m
-    s, sigma = _number(cfg, "s"), _number(cfg, "sigma")
-    if s is not None and not s > 0:
-        raise ValueError(f"s={s}: the scale must be > 0")
+    sigma = _number(cfg, "sigma")  # s: elasticface.scale.check_scale
     if sigma is not None and sigma < 0:
         raise ValueError(f"sigma={sigma}: the margin standard deviation must be >= 0")
     seed = cfg.get("seed")
