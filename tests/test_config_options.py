@@ -42,6 +42,7 @@ NEEDS_PHOTOS = {("experiment", "lfw_fold10"): ["data.root={base}/data/lfw_split"
                 ("experiment", "lfw_folds6_10"): ["data.root={base}/data/lfw_split_6_10"],
                 ("hparams_search", "lfw_fold10"): ["data.root={base}/data/lfw_split"],
                 ("hparams_search", "lfw_fold10_remedies"): ["data.root={base}/data/lfw_split"],
+                ("hparams_search", "lfw_folds6_10"): ["data.root={base}/data/lfw_split_6_10"],
                 ("experiment", "lfw_y1_finetune"): ["data.root={base}/data/lfw_split",
                                                     "weights={base}/model-y1-test2/model-0000.params"]}
 

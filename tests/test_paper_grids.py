@@ -64,6 +64,15 @@ def test_command_line_beats_the_row():
     assert (cfg.model.head.name == "elastic_arc_plus", cfg.m, cfg.sigma) == (True, 0.5, 0.03)
 
 
+def test_the_wide_lfw_benchmark_is_the_papers_seven_rows_seed_by_seed():
+    jobs = sweep_jobs(["hparams_search=lfw_folds6_10", "data.root=/data/lfw_split_6_10"])
+    assert len(jobs) == 35 and [j[0] for j in jobs[:7]] == ["seed=1"] * 7
+    assert {j[1].split("=")[1] for j in jobs} == set(LFW_ROWS) - {"elastic_arc_compiled"}
+    cfg = compose_train(["hparams_search=lfw_folds6_10", "data.root=/data/lfw_split_6_10", *jobs[1]])
+    assert cfg.task_name == "lfw_folds6_10" and list(cfg.data.val_sets.names) == ["lfw_folds6_10"]
+    assert (cfg.s, cfg.scheduler.warmup_fraction) == ("class_count", 0.2)  # the template's defaults
+
+
 @pytest.mark.slow
 def test_sweep_demo_runs_the_grid_and_the_report_ranks_it(tmp_path):
     """What `make sweep-demo` runs, at debug=tiny size, from a fresh working directory: 11 jobs, one table."""
