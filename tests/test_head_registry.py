@@ -31,7 +31,7 @@ def test_head_option_names_the_head_and_restates_no_value(name):
                     **args}
     top = {k: v for k, v in OmegaConf.to_container(option, resolve=False).items() if k != "model"}
     want = {k: f"${{head_default:{name},{k}}}" for k in keys}
-    assert top == {**want, **({"s": f"${{head_scale:{name},${{scale}}}}"} if "s" in keys else {})}
+    assert top == {**want, **({"s": f"${{head_scale:{name},${{oc.select:scale,head}}}}"} if "s" in keys else {})}
     resolved = OmegaConf.to_container(OmegaConf.merge({"scale": "head"}, option), resolve=True)
     assert {k: resolved[k] for k in keys} == {k: getattr(entry, k) for k in keys}
 
@@ -199,7 +199,7 @@ def test_a_throw_away_head_is_a_command_line_option_without_torch(tmp_path):
                          capture_output=True, text=True, timeout=120)
     assert job.returncode == 0, job.stderr
     cfg = OmegaConf.to_container(OmegaConf.create(job.stdout.rsplit("torch imported:", 1)[0]))  # unresolved
-    assert (cfg["m"], cfg["s"], cfg["sigma"]) == (0.3, "${head_scale:half_margin,${scale}}", None)
+    assert (cfg["m"], cfg["s"], cfg["sigma"]) == (0.3, "${head_scale:half_margin,${oc.select:scale,head}}", None)
     assert cfg["model"]["head"] == {"_target_": "elasticface.heads.build_head", "name": "half_margin", "m": "${m}",
                                     "s": "${s}"}
     assert job.stdout.strip().endswith("torch imported: False")

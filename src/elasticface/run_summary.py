@@ -75,12 +75,12 @@ def format_summary(summary: dict[str, Any]) -> str:
         return "n/a" if x is None or x != x else f"{100 * x:.2f}%"
 
     acc = summary["val/acc_mean"]
-    s = summary["s"]
+    s = f"{summary['s']:.4g}" if isinstance(summary["s"], float) else summary["s"]
     lines = [
         "",
         "=" * 64,
         f" head={summary['head']}  backbone={summary['backbone']}  data={summary['data']}",
-        f" m={summary['m']}  s={f'{s:.4g}' if isinstance(s, float) else s}  sigma={summary['sigma']}  seed={summary['seed']}"
+        f" m={summary['m']}  s={s}  sigma={summary['sigma']}  seed={summary['seed']}"
         + (f"  margin_schedule={summary['margin_schedule']}" if summary.get("margin_schedule", "none") != "none"
            else ""),
         f" trained {summary['global_step']} steps in {summary['train_seconds']:.1f} s "

@@ -35,7 +35,7 @@ def head_scale(paper_s: float, rule: str) -> float | str:
 def check_scale(cfg: DictConfig) -> None:
     """`scale` is a rule and s a number > 0, `class_count` or null (a head without one); else one line, before
     any data is read."""
-    check_rule(cfg.get("scale"))
+    check_rule(cfg.get("scale", "head"))  # a config of the user's own without the key: the heads' own s
     s = cfg.get("s")
     if s is None or s == CLASS_COUNT:
         return

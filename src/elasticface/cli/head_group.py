@@ -28,8 +28,8 @@ def head_option(name: str, entry: HeadEntry) -> dict[str, Any]:
     args = entry.args if entry.base is None else {**entry.base.args, **entry.args}  # sub-center: its base's too
     head = {"_target_": "elasticface.heads.build_head", "name": name, **{k: "${%s}" % k for k in keys}, **args}
     defaults = {k: f"${{head_default:{name},{k}}}" for k in keys}
-    if "s" in defaults:  # the `scale` rule: class_count (the default) or the head's own
-        defaults["s"] = f"${{head_scale:{name},${{scale}}}}"
+    if "s" in defaults:  # the `scale` rule: class_count (train.yaml's) or the head's own (a config without `scale`)
+        defaults["s"] = f"${{head_scale:{name},${{oc.select:scale,head}}}}"
     return {**defaults, "model": {"head": head}}
 
 
