@@ -81,14 +81,20 @@ up() {
     if alive $d; then say "a previous cluster is half up: run scripts/slurm.sh down first"; exit 2; fi
   done
   install_packages
+  [[ -L $STATE/munge ]] && rm -rf "$(readlink -f "$STATE/munge")"
   rm -rf "$STATE"
-  mkdir -p "$STATE/ctld" "$STATE/d" "$STATE/munge"
+  mkdir -p "$STATE/ctld" "$STATE/d"
+  # munged runs as the munge user, who may not pass through the checkout's parents (a root-only home or mktemp
+  # folder): its folder lives in /tmp, linked from the state folder
+  ln -s "$(mktemp -d /tmp/elasticface-munge.XXXXXX)" "$STATE/munge"
   head -c 1024 /dev/urandom > "$STATE/munge/munge.key"
-  chown -R munge:munge "$STATE/munge"
-  chmod 755 "$STATE/munge"  # clients reach the socket in it; the key itself is 400
-  chmod 400 "$STATE/munge/munge.key"
-  runuser -u munge -- munged --key-file="$STATE/munge/munge.key" --socket="$STATE/munge/munge.socket" \
-    --pid-file="$STATE/munge/munged.pid" --log-file="$STATE/munge/munged.log" --seed-file="$STATE/munge/munged.seed"
+  local munge
+  munge=$(readlink -f "$STATE/munge")
+  chown -R munge:munge "$munge"
+  chmod 755 "$munge"  # clients reach the socket in it; the key itself is 400
+  chmod 400 "$munge/munge.key"
+  runuser -u munge -- munged --key-file="$munge/munge.key" --socket="$munge/munge.socket" \
+    --pid-file="$munge/munged.pid" --log-file="$munge/munged.log" --seed-file="$munge/munged.seed"
   write_config
   slurmctld -f "$CONF"
   slurmd -f "$CONF"
@@ -126,6 +132,7 @@ down() {
       say "stopped $name ($pid)"
     fi
   done
+  [[ -L $STATE/munge ]] && rm -rf "$(readlink -f "$STATE/munge")"
   rm -rf "$STATE"
 }
 
