@@ -50,3 +50,24 @@ def test_compiled_training_is_finite_under_avx2_for_every_head(backbone, tmp_pat
     for s in summaries:
         assert s["compile"] is True and s["weights_finite"] is True, (backbone, s["head"])
         assert math.isfinite(s["val/acc_mean"]["final"]) and s["global_step"] > 0, (backbone, s["head"])
+
+
+@pytest.mark.slow
+def test_avx2_and_avx512_runs_share_an_inductor_cache(tmp_path):
+    """One TORCHINDUCTOR_CACHE_DIR for an AVX2 run, then an AVX-512 one (a shared cluster home, or a test
+    machine emulating AVX2): without a folder per vector ISA the second run compiled the first one's cached
+    kernel code for its own vector width and died of a segfault at its first compiled step."""
+    if torch.backends.cpu.get_cpu_capability() != "AVX512":
+        pytest.skip("needs AVX-512 kernels to compare with AVX2 ones")
+    cache = str(tmp_path / "inductor")
+    for level in ("avx2", "avx512"):
+        env = {**avx2_environment(cache), "ATEN_CPU_CAPABILITY": level}
+        env.pop("TORCHINDUCTOR_CPP_MARCH")
+        out = subprocess.run([sys.executable, str(ROOT / "train.py"), "debug=tiny", "backbone=toy",
+                              "data.image_size=16", "model.compile=true", f"hydra.run.dir={tmp_path / level}",
+                              "logger=[]"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=1800)
+        assert out.returncode == 0, (level, out.returncode, out.stdout[-2000:] + out.stderr[-3000:])
+        summary = json.loads((tmp_path / level / "summary.json").read_text())
+        assert summary["compile"] is True and summary["weights_finite"] is True, level
+    folders = sorted(p.name for p in (tmp_path / "inductor").glob("isa-*"))  # beside them: the ISA probes' kernels
+    assert len(folders) == 2 and folders[0] == "isa-avx2" and folders[1].startswith("isa-avx512"), folders

@@ -137,6 +137,31 @@ def test_compile_cpu_reads_the_kernel_level_torch_runs(tmp_path):
     assert out.returncode == 0 and out.stdout.strip() == "False", out.stderr[-2000:]
 
 
+def test_each_vector_isa_compiles_into_its_own_inductor_cache(tmp_path):
+    """inductor's cache key leaves the vector ISA out: an AVX2 and an AVX-512 process sharing one
+    TORCHINDUCTOR_CACHE_DIR get folders of their own under it, named for what inductor picks, and asking twice
+    does not nest them."""
+    import os
+    import subprocess
+    import sys
+
+    if torch.backends.cpu.get_cpu_capability() != "AVX512":
+        pytest.skip("needs AVX-512 kernels to compare with AVX2 ones")
+    code = ("from elasticface.utils.speed import use_inductor_cache_of_this_isa as use\n"
+            "from torch._inductor.cpu_vec_isa import pick_vec_isa\n"
+            "print(use() == use(), use(), str(pick_vec_isa()))")
+    folders = {}
+    for level in ("avx2", "avx512"):
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                             env={**os.environ, "ATEN_CPU_CAPABILITY": level, "TORCHINDUCTOR_CACHE_DIR": str(tmp_path)})
+        assert out.returncode == 0, out.stderr[-2000:]
+        same, folder, isa = out.stdout.split(maxsplit=2)
+        assert same == "True" and os.path.dirname(folder) == str(tmp_path), out.stdout
+        assert os.path.basename(folder) == "isa-" + isa.strip().replace(" ", "-"), out.stdout
+        folders[level] = folder
+    assert folders["avx2"].endswith("isa-avx2") and folders["avx2"] != folders["avx512"]
+
+
 def test_compile_setting_outside_true_false_cpu_is_refused(tiny_cfg):
     with pytest.raises(InstantiationException, match=r"model.compile='gpu': expected true, false or cpu"):
         build_module(tiny_cfg("model.compile=gpu"), num_classes=8)

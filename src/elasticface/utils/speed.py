@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import os
 import platform
+import re
 import shutil
 
 import torch
@@ -59,8 +60,25 @@ COMPILE_OPTIONS = {"fallback_random": True}
 
 def compile_in_place(module: nn.Module) -> None:
     """torch.compile `module` in place (its state_dict keeps its names, no `_orig_mod.`), with eager's random
-    numbers."""
+    numbers, from an inductor cache of this CPU's vector ISA."""
+    use_inductor_cache_of_this_isa()
     module.compile(options=COMPILE_OPTIONS)
+
+
+def use_inductor_cache_of_this_isa() -> str:
+    """Point inductor at `<its cache folder>/isa-<vector ISA>` (TORCHINDUCTOR_CACHE_DIR, the user's or torch's
+    default) and return it. inductor's graph cache key leaves the CPU vector ISA out: a process with AVX-512
+    kernels given a graph an AVX2 process cached (or the reverse: `ATEN_CPU_CAPABILITY=avx2`, or one cache folder
+    on a share that AVX2 and AVX-512 nodes use) compiles the other ISA's kernel code with its own vector width
+    and overruns a stack buffer: a segfault at the first compiled step (docs/compile.md)."""
+    from torch._inductor.cpu_vec_isa import pick_vec_isa
+    from torch._inductor.runtime.cache_dir_utils import default_cache_dir
+
+    folder = "isa-" + re.sub(r"\W+", "-", str(pick_vec_isa()))
+    base = os.environ.get("TORCHINDUCTOR_CACHE_DIR") or default_cache_dir()
+    if os.path.basename(os.path.normpath(base)) != folder:
+        os.environ["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(base, folder)
+    return os.environ["TORCHINDUCTOR_CACHE_DIR"]
 
 
 def check_compile_setting(value: object) -> bool | str:
