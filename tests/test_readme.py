@@ -61,7 +61,7 @@ SKIP = {
 #: tests/test_lfw_split.py); the commands on them are classified here and skipped, naming the data.
 FETCHED_DATA = ("lfw/", "lfw_aligned/", "cfp-dataset/", "LFW_PHOTOS", "data.val_root=bins",
                 # the LFW split made from those photos, and the benchmark's sweep folder trained on it
-                "lfw_split", "logs/lfw_fold10/")
+                "lfw_split", "logs/lfw_fold10/", "logs/lfw_folds6_10/")
 #: insightface's y1 as its zip unpacks: the test puts there the small y1 that MXNet itself wrote (tests/data/mxnet)
 Y1_DIR = "model-y1-test2"
 #: overrides that mean a command needs a GPU, a cluster or data that cannot exist here: composed with --cfg job
