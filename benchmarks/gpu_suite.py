@@ -7,7 +7,8 @@ input pipeline. `benchmarks/gpu_suite.sh` runs it (docs/speed.md, "GPU suite").
 
 Rows: iresnet50 and iresnet100 at 128 and 256 images per GPU, with the full class layer at 85,742 classes and
 with `model=partial_fc` (rate 0.1) at 2,000,000 classes. Each row times the template's step
-(suite_template.py: train.py's module and Trainer, bf16 autocast, heads and centres in fp32) and arcface_torch's
+(suite_template.py: train.py's module and Trainer with trainer=gpu's defaults: bf16 autocast, heads and centres in
+fp32, channels_last and torch.compile by `auto`) and arcface_torch's
 (suite_arcface.py: its train_v2.py step, imported from --arcface-torch), and prints images/s, model FLOP
 utilisation (FLOPs of one forward + backward from torch.utils.flop_counter over the device's dense bf16 peak),
 peak memory and the ratios template / arcface_torch. Then each speed setting on and off at one size (with each
@@ -42,16 +43,31 @@ SETTINGS = [
     # on: host reads only on logging steps (every trainer.log_every_n_steps-th, the default 10); off: every step
     ("no host syncs", [], ["trainer.log_every_n_steps=1"]),
     ("model.compile", ["model.compile=true"], ["model.compile=false"]),
+    # both GPU defaults against the plain eager NCHW step
+    ("channels_last + compile", ["model.channels_last=true", "model.compile=true"],
+     ["model.channels_last=false", "model.compile=false"]),
 ]
 #: settings left out on a CPU, and why
 CUDA_ONLY = {"cudnn.benchmark": "cuDNN is a GPU library",
-             "model.compile": "inductor's C++ build takes minutes on a CPU"}
+             "model.compile": "inductor's C++ build takes minutes on a CPU",
+             "channels_last + compile": "inductor's C++ build takes minutes on a CPU"}
 #: what identifies a speed run (runs with equal values are measured once)
 SETTING_KEYS = ["model.channels_last", "trainer.benchmark", "optimizer.fused", "optimizer.foreach",
                 "trainer.log_every_n_steps", "model.compile"]
 #: relative loss difference within which a setting keeps the step's result, by trainer.precision
 LOSS_RTOL = {"bf16-mixed": 2.0**-7, "16-mixed": 2.0**-10}
 LOSS_RTOL_FP32 = 1e-5
+
+
+def effective(key: str, value, device: str):
+    """What a setting does on `device`: `auto` resolved, so that runs doing the same are measured once."""
+    from elasticface.utils.speed import should_compile, should_use_channels_last
+
+    if key == "model.compile":
+        return should_compile(value, device == "cpu")
+    if key == "model.channels_last":
+        return should_use_channels_last(value, device == "cpu")
+    return value
 
 
 def missing_packages() -> list[str]:
@@ -98,6 +114,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
                    help="which parts: steps, speed, pipeline")
     p.add_argument("--speed-backbone", default=None,
                    help="the speed settings' backbone (default: the last of --backbones)")
+    p.add_argument("--settings", type=csv_list(str), default=None,
+                   help=f"which speed settings (default: all): {', '.join(name for name, _, _ in SETTINGS)}")
     p.add_argument("--speed-batch", type=int, default=None, help="the speed settings' batch (default: the largest)")
     p.add_argument("--pipeline-images", type=int, default=None,
                    help="images in the RecordIO (default 8192; 256 on cpu)")
@@ -114,6 +132,10 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     unknown = set(args.parts) - {"steps", "speed", "pipeline"}
     if unknown:
         p.error(f"--parts {','.join(sorted(unknown))}: expected some of steps, speed, pipeline")
+    names = [name for name, _, _ in SETTINGS]
+    if args.settings is not None and set(args.settings) - set(names):
+        p.error(f"--settings {','.join(sorted(set(args.settings) - set(names)))}: expected some of {', '.join(names)}")
+    args.settings = args.settings or names
     args.precision = args.precision or ("bf16-mixed" if args.device == "cuda" else "32-true")
     args.speed_backbone = args.speed_backbone or args.backbones[-1]
     args.speed_batch = args.speed_batch or max(args.batches)
@@ -172,7 +194,8 @@ def header(args: argparse.Namespace) -> dict:
         f"{info['torchvision']}, pytorch_lightning {info['pytorch_lightning']}; {info['cpu_cores']} CPU cores; "
         f"commit {info['commit']}")
     say(f"  bf16 peak {f'{peak / 1e12:.0f} TFLOP/s' if peak else 'unknown (MFU column: unknown peak)'}; "
-        f"template precision {args.precision}, head {args.head}; {args.warmup} warm-up + {args.steps} timed steps "
+        f"template precision {args.precision}, head {args.head}"
+        f"{', channels_last and compile as trainer=gpu defaults' if args.device == 'cuda' else ', eager'}; {args.warmup} warm-up + {args.steps} timed steps "
         "per run, synchronised at the ends only")
     return info
 
@@ -290,7 +313,7 @@ def speed_rows(args, template_problem: str | None, out: Path, lines: list[str]) 
 
     def measure(extra: list[str]):
         cfg = suite_template.compose(base + extra, out / f"speed_{len(cache)}")
-        key = tuple(str(OmegaConf.select(cfg, k)) for k in SETTING_KEYS)
+        key = tuple(str(effective(k, OmegaConf.select(cfg, k), args.device)) for k in SETTING_KEYS)
         if key not in cache:
             try:
                 cache[key], module = suite_template.run(cfg, layer.classes, batches, args.warmup, args.steps,
@@ -304,12 +327,12 @@ def speed_rows(args, template_problem: str | None, out: Path, lines: list[str]) 
         return cache[key]
 
     rtol = LOSS_RTOL.get(args.precision, LOSS_RTOL_FP32)
-    say(f"  {'setting':<17}{'off img/s':>11}{'on img/s':>11}{'on/off':>8}{'syncs off/on':>14}   "
+    say(f"  {'setting':<25}{'off img/s':>11}{'on img/s':>11}{'on/off':>8}{'syncs off/on':>14}   "
         f"{'loss steps 0, 1 off':<24}{'loss steps 0, 1 on':<24}{'last off/on':<18}{'max rel diff':>12}  keeps result")
     rows = []
-    for name, on, off in SETTINGS:
+    for name, on, off in (setting for setting in SETTINGS if setting[0] in args.settings):
         if name in CUDA_ONLY and args.device != "cuda":
-            say(f"  {name:<17}measured on the GPU only ({CUDA_ONLY[name]})")
+            say(f"  {name:<25}measured on the GPU only ({CUDA_ONLY[name]})")
             continue
         a, b = measure(off), measure(on)
         if isinstance(a, str) or isinstance(b, str):
@@ -319,7 +342,7 @@ def speed_rows(args, template_problem: str | None, out: Path, lines: list[str]) 
                "syncs_off": a.syncs_per_step, "syncs_on": b.syncs_per_step, "losses_off": a.losses,
                "losses_on": b.losses, "max_rel_diff": rel, "keeps_result": rel <= rtol, "note": b.note}
         rows.append(row)
-        say(f"  {name:<17}{a.images_per_s:>11,.1f}{b.images_per_s:>11,.1f}{row['ratio']:>8.3f}"
+        say(f"  {name:<25}{a.images_per_s:>11,.1f}{b.images_per_s:>11,.1f}{row['ratio']:>8.3f}"
             f"{_num(a.syncs_per_step, '.1f'):>7}/{_num(b.syncs_per_step, '.1f'):<6}   "
             f"{', '.join(f'{x:.6f}' for x in a.losses[:2]):<24}{', '.join(f'{x:.6f}' for x in b.losses[:2]):<24}"
             f"{a.losses[-1]:.4f}/{b.losses[-1]:<10.4f}{rel:>12.2e}  {'yes' if row['keeps_result'] else 'NO'}"

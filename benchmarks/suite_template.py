@@ -54,8 +54,9 @@ def overrides(backbone: str, batch: int, layer: Layer, device: str, precision: s
         "trainer.max_epochs=1",
         "trainer.max_steps=-1",
         "extras.print_config=false",
-        "model.compile=false",  # eager, as arcface_torch runs; compile is the speed table's own row
     ]
+    if device == "cpu":  # trainer=gpu's defaults on a GPU; on a CPU inductor's C++ build would take minutes
+        out.append("model.compile=false")
     if layer.rate is not None:
         out.append(f"model.centers.sample_rate={layer.rate}")
     return out
@@ -100,6 +101,7 @@ def run(cfg, classes: int, batches: list, warmup: int, steps: int, device: str, 
     import pytorch_lightning as pl
 
     from elasticface.training import build_module, build_trainer
+    from elasticface.utils.speed import should_compile
 
     batch = int(batches[0][0].shape[0])
     count = SYNC_STEPS if device == "cuda" else 0
@@ -118,7 +120,7 @@ def run(cfg, classes: int, batches: list, warmup: int, steps: int, device: str, 
                         losses=kept_losses(rec.losses, warmup + steps - 1))
     if syncs.count is not None:
         measured.syncs_per_step = syncs.count / count
-    if module.compile_setting is True and not module.compiled:
+    if should_compile(module.compile_setting, device == "cpu") and not module.compiled:
         measured.note = "compile fell back to eager (no toolchain)"
     if flops:
         measured.flops_per_step = step_flops(module, batches[0], device, str(cfg.trainer.precision))

@@ -27,7 +27,8 @@ from elasticface.heads.base import MarginHead
 from elasticface.margin_schedule import MarginSchedule
 from elasticface.metrics.verification import VerificationAccuracy, flip_fused_embeddings
 from elasticface.utils.lightning_private import attached_trainer, should_update_logs
-from elasticface.utils.speed import check_compile_setting, compile_available, compile_in_place, should_compile
+from elasticface.utils.speed import (check_channels_last_setting, check_compile_setting, compile_available,
+                                     compile_in_place, should_compile, should_use_channels_last)
 from elasticface.untrusted import build_from_checkpoint
 
 def _as_container(cfg: Any) -> Any:
@@ -56,7 +57,7 @@ class FaceRecognitionModule(pl.LightningModule):
         backbone_lr_scale: float = 1.0,
         freeze_backbone_bn: bool = False,
         compile: bool | str = False,
-        channels_last: bool = False,
+        channels_last: bool | str = False,
         margin_schedule: dict | None = None,
     ) -> None:
         super().__init__()
@@ -78,9 +79,11 @@ class FaceRecognitionModule(pl.LightningModule):
             centers_per_class=head_module.centers_per_class, normalize=head_module.normalized,
         )
         self.classifier = Classifier(centers_module, head_module, **(classifier or {}))
-        self.channels_last = channels_last
-        if channels_last:
-            self.backbone.to(memory_format=torch.channels_last)
+        # NHWC now (true) or in setup() once the accelerator is known (auto); `embed` reads self.channels_last
+        self.channels_last_setting = check_channels_last_setting(channels_last)
+        self.channels_last = False
+        if channels_last is True:
+            self.use_channels_last()
         # compiled in setup("fit"), once the accelerator is known: models loaded for evaluation or export stay eager
         self.compile_setting = check_compile_setting(compile)
         self.compiled = False
@@ -111,6 +114,11 @@ class FaceRecognitionModule(pl.LightningModule):
         return self.classifier.centers
 
     # -- model ---------------------------------------------------------------------------------------
+    def use_channels_last(self) -> None:
+        """NHWC weights and inputs for the backbone's convolutions."""
+        self.backbone.to(memory_format=torch.channels_last)
+        self.channels_last = True
+
     def embed(self, images: Tensor) -> Tensor:
         """Raw (unnormalised) face embeddings of images already scaled to [-1, 1]."""
         if self.channels_last and images.dim() == 4:
@@ -292,6 +300,8 @@ class FaceRecognitionModule(pl.LightningModule):
     # -- validation ----------------------------------------------------------------------------------
     def setup(self, stage: str) -> None:
         training_on_cpu = isinstance(self.trainer.accelerator, CPUAccelerator)
+        if not self.channels_last and should_use_channels_last(self.channels_last_setting, training_on_cpu):
+            self.use_channels_last()
         if stage == "fit" and not self.compiled and should_compile(self.compile_setting, training_on_cpu):
             self.compiled = compile_available(self.backbone)
             if self.compiled:
