@@ -8,7 +8,7 @@ input pipeline. `benchmarks/gpu_suite.sh` runs it (docs/speed.md, "GPU suite").
 Rows: iresnet50 and iresnet100 at 128 and 256 images per GPU, with the full class layer at 85,742 classes and
 with `model=partial_fc` (rate 0.1) at 2,000,000 classes. Each row times the template's step
 (suite_template.py: train.py's module and Trainer with trainer=gpu's defaults: bf16 autocast, heads and centres in
-fp32, channels_last and torch.compile by `auto`) and arcface_torch's
+fp32, torch.compile and channels_last by `auto`) and arcface_torch's
 (suite_arcface.py: its train_v2.py step, imported from --arcface-torch), and prints images/s, model FLOP
 utilisation (FLOPs of one forward + backward from torch.utils.flop_counter over the device's dense bf16 peak),
 peak memory and the ratios template / arcface_torch. Then each speed setting on and off at one size (with each
@@ -43,14 +43,13 @@ SETTINGS = [
     # on: host reads only on logging steps (every trainer.log_every_n_steps-th, the default 10); off: every step
     ("no host syncs", [], ["trainer.log_every_n_steps=1"]),
     ("model.compile", ["model.compile=true"], ["model.compile=false"]),
-    # both GPU defaults against the plain eager NCHW step
-    ("channels_last + compile", ["model.channels_last=true", "model.compile=true"],
-     ["model.channels_last=false", "model.compile=false"]),
+    # on: the base itself (compile and channels_last by `auto`); off: the plain eager NCHW step
+    ("trainer=gpu defaults", [], ["model.channels_last=false", "model.compile=false"]),
 ]
 #: settings left out on a CPU, and why
 CUDA_ONLY = {"cudnn.benchmark": "cuDNN is a GPU library",
              "model.compile": "inductor's C++ build takes minutes on a CPU",
-             "channels_last + compile": "inductor's C++ build takes minutes on a CPU"}
+             "trainer=gpu defaults": "inductor's C++ build takes minutes on a CPU"}
 #: what identifies a speed run (runs with equal values are measured once)
 SETTING_KEYS = ["model.channels_last", "trainer.benchmark", "optimizer.fused", "optimizer.foreach",
                 "trainer.log_every_n_steps", "model.compile"]
@@ -59,15 +58,17 @@ LOSS_RTOL = {"bf16-mixed": 2.0**-7, "16-mixed": 2.0**-10}
 LOSS_RTOL_FP32 = 1e-5
 
 
-def effective(key: str, value, device: str):
-    """What a setting does on `device`: `auto` resolved, so that runs doing the same are measured once."""
+def run_key(cfg, device: str) -> tuple:
+    """What identifies a speed run on `device`, `auto` resolved: runs doing the same are measured once."""
+    from omegaconf import OmegaConf
+
     from elasticface.utils.speed import should_compile, should_use_channels_last
 
-    if key == "model.compile":
-        return should_compile(value, device == "cpu")
-    if key == "model.channels_last":
-        return should_use_channels_last(value, device == "cpu")
-    return value
+    values = {k: OmegaConf.select(cfg, k) for k in SETTING_KEYS}
+    compiled = should_compile(values["model.compile"], device == "cpu")
+    values["model.compile"] = compiled
+    values["model.channels_last"] = should_use_channels_last(values["model.channels_last"], device == "cpu", compiled)
+    return tuple(str(v) for v in values.values())
 
 
 def missing_packages() -> list[str]:
@@ -195,8 +196,8 @@ def header(args: argparse.Namespace) -> dict:
         f"commit {info['commit']}")
     say(f"  bf16 peak {f'{peak / 1e12:.0f} TFLOP/s' if peak else 'unknown (MFU column: unknown peak)'}; "
         f"template precision {args.precision}, head {args.head}"
-        f"{', channels_last and compile as trainer=gpu defaults' if args.device == 'cuda' else ', eager'}; {args.warmup} warm-up + {args.steps} timed steps "
-        "per run, synchronised at the ends only")
+        f"{', compile and channels_last as trainer=gpu sets them' if args.device == 'cuda' else ', eager'}; "
+        f"{args.warmup} warm-up + {args.steps} timed steps per run, synchronised at the ends only")
     return info
 
 
@@ -291,8 +292,6 @@ def row_text(row: dict, ours, theirs, peak) -> str:
 
 def speed_rows(args, template_problem: str | None, out: Path, lines: list[str]) -> list[dict]:
     """Each speed setting on and off at one size; runs with the same settings are measured once."""
-    from omegaconf import OmegaConf
-
     from bench_train import make_batches
     from suite_measure import clear, failure
     import suite_template
@@ -313,7 +312,7 @@ def speed_rows(args, template_problem: str | None, out: Path, lines: list[str]) 
 
     def measure(extra: list[str]):
         cfg = suite_template.compose(base + extra, out / f"speed_{len(cache)}")
-        key = tuple(str(effective(k, OmegaConf.select(cfg, k), args.device)) for k in SETTING_KEYS)
+        key = run_key(cfg, args.device)
         if key not in cache:
             try:
                 cache[key], module = suite_template.run(cfg, layer.classes, batches, args.warmup, args.steps,

@@ -48,7 +48,8 @@ def test_the_documented_cpu_run_prints_every_part(tmp_path):
         assert r["arcface_torch"] is None and r["ratio"] is None
     speed = {r["setting"]: r for r in result["speed"]}
     assert set(speed) == {"channels_last", "fused optimizer", "no host syncs"}
-    assert "model.compile    measured on the GPU only" in text and "cudnn.benchmark  measured on the GPU only" in text
+    for name in ("model.compile", "cudnn.benchmark", "trainer=gpu defaults"):
+        assert re.search(rf"^  {re.escape(name)} +measured on the GPU only", text, re.M), name
     # independent of any tolerance: the optimizer acts after step 0's loss, so both sides' first losses are the same
     # bits; logging reads values and computes nothing, so every loss of the host-sync pair is the same bits
     assert speed["fused optimizer"]["losses_on"][0] == speed["fused optimizer"]["losses_off"][0]
@@ -137,3 +138,29 @@ def test_precision_without_bf16_is_one_line_and_the_pipeline_is_still_measured(s
                      "would be emulated); rerun with --precision 32-true"], text
     assert result["rows"][0]["template"] is None and result["speed"] == []
     assert result["pipeline"]["cpu_images_per_s"] > 0 and result["pipeline"]["model_images_per_s"] is None
+
+
+def test_speed_runs_doing_the_same_on_the_gpu_are_measured_once(suite_in_process, tmp_path):
+    """`auto` resolved per device: on a GPU the defaults compile and leave the layout to inductor, so the base,
+    `model.compile=true` and `model.channels_last=false` are one run; on a CPU the defaults run eagerly in NCHW."""
+    import suite_template
+    from suite_template import Layer
+
+    base = suite_template.overrides("tiny", 8, Layer("default", 16), "cuda", "bf16-mixed", "arcface")
+
+    def key(device, *extra):
+        return suite_in_process.run_key(suite_template.compose(base + list(extra), tmp_path), device)
+
+    assert key("cuda") == key("cuda", "model.compile=true") == key("cuda", "model.channels_last=false")
+    assert key("cuda", "model.compile=false") == key("cuda", "model.compile=false", "model.channels_last=true")
+    assert len({key("cuda"), key("cuda", "model.compile=false"), key("cuda", "model.channels_last=true"),
+                key("cuda", "model.compile=false", "model.channels_last=false")}) == 4
+    assert key("cpu", "model.compile=false") == key("cpu", "model.compile=false", "model.channels_last=false")
+
+
+def test_settings_picks_the_speed_rows_and_an_unknown_name_is_refused(suite_in_process, capsys):
+    result = suite_in_process.main([*TINY, "--steps", "1", "--parts", "speed", "--settings", "channels_last"])
+    assert [r["setting"] for r in result["speed"]] == ["channels_last"]
+    with pytest.raises(SystemExit):
+        suite_in_process.main([*TINY, "--parts", "speed", "--settings", "channels_last,compile"])
+    assert "--settings compile: expected some of channels_last, cudnn.benchmark" in capsys.readouterr().err

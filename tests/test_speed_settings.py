@@ -94,14 +94,16 @@ def set_up_for_fit_on_cpu(module):
     return module
 
 
-def test_compile_defaults_to_cpu_training_and_debug_runs_stay_eager(tiny_cfg):
-    """`cpu` by default (compiled and eager training ended level over 5 seeds on real faces: docs/compile.md):
-    compiled where training runs on a CPU, eager on a GPU; `true` everywhere. Debug modes, the toy example, the
-    sweep demo, the y1 fine-tune and the LFW benchmark's eager rows stay eager; the module alone is eager unless
-    told."""
-    assert inspect.signature(FaceRecognitionModule).parameters["compile"].default is False
+def test_compile_and_channels_last_default_to_auto_and_debug_runs_stay_eager(tiny_cfg):
+    """`auto` by default: compiled where training runs on a GPU (measured there: docs/speed.md) or a CPU (compiled
+    and eager training ended level over 5 seeds on real faces: docs/compile.md), NHWC on a GPU when eager; `true`
+    everywhere. Debug modes, the toy example, the sweep demo, the y1 fine-tune and the LFW benchmark's eager rows
+    stay eager; the module alone is eager and NCHW unless told."""
+    params = inspect.signature(FaceRecognitionModule).parameters
+    assert params["compile"].default is False and params["channels_last"].default is False
     for overrides in ([], ["trainer=gpu"], ["trainer=ddp"], ["experiment=ms1mv2_r100"]):
-        assert compose_train(overrides).model.compile == "cpu", overrides
+        cfg = compose_train(overrides)
+        assert cfg.model.compile == "auto" and cfg.model.channels_last == "auto", overrides
     for overrides in (["debug=tiny"], ["debug=fdr"], ["debug=overfit"], ["experiment=sweep_demo"],
                       ["experiment=toy_2d"], ["experiment=lfw_fold10"], ["hparams_search=lfw_fold10"],
                       ["experiment=lfw_y1_finetune"]):
@@ -109,18 +111,73 @@ def test_compile_defaults_to_cpu_training_and_debug_runs_stay_eager(tiny_cfg):
     assert compose_train(["hparams_search=lfw_fold10", "lfw_row=elastic_arc_compiled"]).model.compile == "cpu"
     assert compose_train(["model.compile=false"]).model.compile is False
     assert speed.should_compile(True, training_on_cpu=False) and not speed.should_compile(False, training_on_cpu=True)
+    assert speed.should_compile("auto", training_on_cpu=False)
+    assert not speed.should_compile("cpu", training_on_cpu=False)
 
 
+def fake_gpu_trainer():
+    """A Trainer stand-in whose accelerator is not the CPU: what `setup` reads to decide on a GPU."""
+    from types import SimpleNamespace
+
+    return SimpleNamespace(accelerator=object(), datamodule=None)
+
+
+def is_nhwc(module) -> bool:
+    conv = next(m for m in module.backbone.modules() if isinstance(m, torch.nn.Conv2d))
+    return conv.weight.is_contiguous(memory_format=torch.channels_last) and module.channels_last
+
+
+@pytest.mark.parametrize(("channels_last", "compile", "on_gpu", "nhwc"), [
+    ("auto", "false", True, True),    # eager on a GPU: NHWC (2.05x on an H200)
+    ("auto", "auto", True, False),    # compiled on a GPU: inductor picks the layout (NCHW measured faster)
+    ("auto", "false", False, False),  # a CPU: NCHW
+    ("true", "false", False, True),   # true: everywhere
+    ("false", "false", True, False),  # false: nowhere
+])
+def test_channels_last_auto_is_nhwc_on_a_gpu_when_eager(tiny_cfg, monkeypatch, channels_last, compile, on_gpu, nhwc):
+    import elasticface.module
+
+    monkeypatch.setattr(elasticface.module, "compile_available", lambda backbone: True)
+    monkeypatch.setattr(elasticface.module, "compile_in_place", lambda backbone: None)
+    module = build_module(tiny_cfg(f"model.channels_last={channels_last}", f"model.compile={compile}"), 8)
+    if on_gpu:
+        module.trainer = fake_gpu_trainer()
+        module.setup("fit")
+    else:
+        set_up_for_fit_on_cpu(module)
+    assert is_nhwc(module) == nhwc
+    assert module.compiled == (compile == "auto" and on_gpu)
+
+
+def test_channels_last_auto_gives_the_same_embeddings_on_a_gpu_setup(tiny_cfg):
+    torch.manual_seed(0)
+    plain = build_module(tiny_cfg("model.channels_last=false"), num_classes=8).eval()
+    auto = build_module(tiny_cfg("model.channels_last=auto"), num_classes=8).eval()
+    auto.load_state_dict(plain.state_dict())
+    auto.trainer = fake_gpu_trainer()
+    auto.setup("validate")
+    assert is_nhwc(auto)
+    x = torch.rand(4, 3, 112, 112) * 2 - 1
+    with torch.no_grad():
+        torch.testing.assert_close(auto(x), plain(x), rtol=1e-4, atol=1e-4)
+
+
+def test_channels_last_setting_outside_true_false_auto_is_refused(tiny_cfg):
+    with pytest.raises(InstantiationException, match=r"model.channels_last='gpu': expected true, false or auto"):
+        build_module(tiny_cfg("model.channels_last=gpu"), num_classes=8)
+
+
+@pytest.mark.parametrize("setting", ["auto", "cpu"])
 @pytest.mark.parametrize("level", ["AVX512", "AVX2", "DEFAULT"])
-def test_compile_cpu_is_eager_under_avx2_kernels(monkeypatch, caplog, level):
-    """`cpu` compiles on a CPU unless torch's kernels there are AVX2 (a compiled step diverged there at step 0,
-    docs/compile.md): then it trains eagerly and says so; `true` compiles anyway."""
+def test_compile_auto_and_cpu_are_eager_under_avx2_kernels(monkeypatch, caplog, level, setting):
+    """`auto` and `cpu` compile on a CPU unless torch's kernels there are AVX2 (a compiled step diverged there at
+    step 0, docs/compile.md): then it trains eagerly and says so; `true` compiles anyway."""
     monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: level)
     with caplog.at_level(logging.INFO, logger="elasticface.utils.speed"):
-        assert speed.should_compile("cpu", training_on_cpu=True) == (level != "AVX2")
-    said = "model.compile=cpu: training eagerly, torch's CPU kernels here are AVX2" in caplog.text
+        assert speed.should_compile(setting, training_on_cpu=True) == (level != "AVX2")
+    said = f"model.compile={setting}: training eagerly, torch's CPU kernels here are AVX2" in caplog.text
     assert said == (level == "AVX2")
-    assert not speed.should_compile("cpu", training_on_cpu=False) and speed.should_compile(True, training_on_cpu=True)
+    assert speed.should_compile(True, training_on_cpu=True)
 
 
 def test_compile_cpu_reads_the_kernel_level_torch_runs(tmp_path):
@@ -162,8 +219,8 @@ def test_each_vector_isa_compiles_into_its_own_inductor_cache(tmp_path):
     assert folders["avx2"].endswith("isa-avx2") and folders["avx2"] != folders["avx512"]
 
 
-def test_compile_setting_outside_true_false_cpu_is_refused(tiny_cfg):
-    with pytest.raises(InstantiationException, match=r"model.compile='gpu': expected true, false or cpu"):
+def test_compile_setting_outside_true_false_auto_cpu_is_refused(tiny_cfg):
+    with pytest.raises(InstantiationException, match=r"model.compile='gpu': expected true, false, auto .* or cpu"):
         build_module(tiny_cfg("model.compile=gpu"), num_classes=8)
 
 
@@ -179,14 +236,14 @@ def test_compile_without_a_toolchain_trains_eagerly_and_says_so(tiny_cfg, monkey
     assert not module.compiled and module.backbone._compiled_call_impl is None
 
 
-@pytest.mark.parametrize("setting", ["true", "cpu"])
+@pytest.mark.parametrize("setting", ["true", "auto", "cpu"])
 def test_compile_with_a_toolchain_compiles_the_backbone_in_place_when_fitting(tiny_cfg, setting):
     if speed.missing_compile_toolchain("cpu"):
         pytest.skip("no C++ compiler here")
     module = build_module(tiny_cfg(f"model.compile={setting}"), num_classes=8)
     assert module.backbone._compiled_call_impl is None, "built (or loaded for eval/export): eager"
     set_up_for_fit_on_cpu(module)
-    if setting == "cpu" and torch.backends.cpu.get_cpu_capability() in speed.EAGER_CPU_LEVELS:
+    if setting != "true" and torch.backends.cpu.get_cpu_capability() in speed.EAGER_CPU_LEVELS:
         assert not module.compiled and module.backbone._compiled_call_impl is None, "eager where kernels are AVX2"
         return
     assert module.compiled and module.backbone._compiled_call_impl is not None

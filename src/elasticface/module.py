@@ -79,7 +79,8 @@ class FaceRecognitionModule(pl.LightningModule):
             centers_per_class=head_module.centers_per_class, normalize=head_module.normalized,
         )
         self.classifier = Classifier(centers_module, head_module, **(classifier or {}))
-        # NHWC now (true) or in setup() once the accelerator is known (auto); `embed` reads self.channels_last
+        # NHWC now (true) or in setup() once the accelerator and compilation are known (auto); `embed` reads
+        # self.channels_last
         self.channels_last_setting = check_channels_last_setting(channels_last)
         self.channels_last = False
         if channels_last is True:
@@ -300,12 +301,13 @@ class FaceRecognitionModule(pl.LightningModule):
     # -- validation ----------------------------------------------------------------------------------
     def setup(self, stage: str) -> None:
         training_on_cpu = isinstance(self.trainer.accelerator, CPUAccelerator)
-        if not self.channels_last and should_use_channels_last(self.channels_last_setting, training_on_cpu):
-            self.use_channels_last()
         if stage == "fit" and not self.compiled and should_compile(self.compile_setting, training_on_cpu):
             self.compiled = compile_available(self.backbone)
             if self.compiled:
                 compile_in_place(self.backbone)
+        if not self.channels_last and should_use_channels_last(self.channels_last_setting, training_on_cpu,
+                                                               self.compiled):
+            self.use_channels_last()
         datamodule = getattr(self.trainer, "datamodule", None)
         for name, pairs in (getattr(datamodule, "val_sets", None) or {}).items():
             if name not in self.val_metrics:

@@ -97,10 +97,12 @@ def check_channels_last_setting(value: object) -> bool | str:
     raise ValueError(f"model.channels_last={value!r}: expected true, false or auto (NHWC when training on a GPU)")
 
 
-def should_use_channels_last(setting: bool | str, on_cpu: bool) -> bool:
-    """Whether the backbone runs NHWC: `true` always, `auto` when the Trainer's accelerator is not the CPU
-    (iresnet100 on an H200: 2.05x the images/s, docs/speed.md); a CPU run stays NCHW, where no gain was measured."""
-    return setting is True or (setting == "auto" and not on_cpu)
+def should_use_channels_last(setting: bool | str, on_cpu: bool, compiled: bool) -> bool:
+    """Whether the backbone runs NHWC: `true` always; `auto` on a GPU when the backbone runs eagerly (iresnet100
+    on an H200: 2.05x NCHW's images/s). Compiled, `auto` leaves the layout to inductor, which picks its own for
+    the convolutions: its NCHW graph measured 3,084 images/s against 2,731-2,858 given NHWC (docs/speed.md). A CPU
+    run stays NCHW, where no gain was measured."""
+    return setting is True or (setting == "auto" and not on_cpu and not compiled)
 
 
 #: torch CPU kernel levels (torch.backends.cpu.get_cpu_capability()) where `auto` and `cpu` train eagerly: a compiled
