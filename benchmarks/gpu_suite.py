@@ -112,12 +112,14 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--warmup", type=int, default=5, help="untimed steps first")
     p.add_argument("--steps", type=int, default=20, help="timed steps")
     p.add_argument("--parts", type=csv_list(str), default=["steps", "speed", "pipeline"],
-                   help="which parts: steps, speed, pipeline")
+                   help="which parts: steps, speed, pipeline, profile (torch.profiler at the speed size; not default)")
+    p.add_argument("--profile-steps", type=int, default=5, help="steps the profile part records after the warm-up")
     p.add_argument("--speed-backbone", default=None,
-                   help="the speed settings' backbone (default: the last of --backbones)")
+                   help="the speed settings' and profiles' backbone (default: the last of --backbones)")
     p.add_argument("--settings", type=csv_list(str), default=None,
                    help=f"which speed settings (default: all): {', '.join(name for name, _, _ in SETTINGS)}")
-    p.add_argument("--speed-batch", type=int, default=None, help="the speed settings' batch (default: the largest)")
+    p.add_argument("--speed-batch", type=int, default=None,
+                   help="the speed settings' and profiles' batch (default: the largest)")
     p.add_argument("--pipeline-images", type=int, default=None,
                    help="images in the RecordIO (default 8192; 256 on cpu)")
     p.add_argument("--workers", type=int, default=None, help="CPU loader workers (default: every core)")
@@ -130,9 +132,9 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
 
         if not torch.cuda.is_available():
             p.error("--device cuda: no CUDA device visible to torch (use --device cpu for the tiny smoke run)")
-    unknown = set(args.parts) - {"steps", "speed", "pipeline"}
+    unknown = set(args.parts) - {"steps", "speed", "pipeline", "profile"}
     if unknown:
-        p.error(f"--parts {','.join(sorted(unknown))}: expected some of steps, speed, pipeline")
+        p.error(f"--parts {','.join(sorted(unknown))}: expected some of steps, speed, pipeline, profile")
     names = [name for name, _, _ in SETTINGS]
     if args.settings is not None and set(args.settings) - set(names):
         p.error(f"--settings {','.join(sorted(set(args.settings) - set(names)))}: expected some of {', '.join(names)}")
@@ -349,6 +351,52 @@ def speed_rows(args, template_problem: str | None, out: Path, lines: list[str]) 
     return rows
 
 
+def profile_part(args, at, template_problem: str | None, out: Path, lines: list[str]) -> list[dict]:
+    """torch.profiler over the timed steps of each side at the speed settings' size, both class layers: where
+    the step time goes when a row falls short (suite_profile.py)."""
+    from bench_train import make_batches
+    from suite_measure import clear, failure
+    from suite_profile import WindowProfiler, profile_text
+    import suite_arcface
+    import suite_template
+    from suite_template import Layer
+
+    say()
+    say(f"profiles: {args.speed_backbone} batch {args.speed_batch}, {args.profile_steps} steps after {args.warmup} "
+        "warm-up; kernels by device time (on a CPU: ops by their own CPU time), share of all, calls per step")
+    layers = [Layer("default", args.full_classes)]
+    if args.pfc_classes:
+        layers.append(Layer("partial_fc", args.pfc_classes, args.pfc_rate))
+    results = []
+    for layer in layers:
+        what = f"{args.speed_backbone} batch {args.speed_batch} {layer.label}"
+        batches = make_batches(args.speed_batch, 112, layer.classes, args.device)
+        sides = ["template"] if template_problem is None else []
+        for side in sides + (["arcface_torch"] if at is not None else []):
+            prof = WindowProfiler(args.device, args.profile_steps)
+            try:
+                if side == "template":
+                    cfg = suite_template.compose(
+                        suite_template.overrides(args.speed_backbone, args.speed_batch, layer, args.device,
+                                                 args.precision, args.head), out / f"profile_{layer.option}")
+                    suite_template.run(cfg, layer.classes, batches, args.warmup, args.profile_steps, args.device,
+                                       flops=False, profiler=prof)
+                else:
+                    suite_arcface.run(at, args.speed_backbone, layer.classes, layer.rate or 1.0, batches, args.warmup,
+                                      args.profile_steps, args.device, flops=False, profiler=prof)
+                summary = prof.summary()
+                for line in profile_text(f"{side} {what}", summary):
+                    say(line)
+                results.append({"side": side, "row": what, "busy": summary.busy, **vars(summary)})
+            except Exception as exc:  # noqa: BLE001 - one line, the other side still runs
+                lines.append(failure(exc, f"profile {side} {what}"))
+                say(lines[-1])
+            clear(args.device)
+        del batches
+        clear(args.device)
+    return results
+
+
 def pipeline_part(args, rows: list[dict]) -> dict:
     import suite_pipeline
 
@@ -432,7 +480,7 @@ def main(argv: list[str] | None = None) -> dict:
         lines.append(template_problem)
         say(template_problem)
     at = None
-    if "steps" in args.parts:
+    if "steps" in args.parts or "profile" in args.parts:
         if args.arcface_torch is None:
             say("arcface_torch: not given (--arcface-torch DIR): its columns and the ratios read n/a")
         else:
@@ -446,7 +494,7 @@ def main(argv: list[str] | None = None) -> dict:
             except (FileNotFoundError, ImportError) as exc:
                 lines.append(f"arcface_torch rows skipped: {str(exc).splitlines()[0]}")
                 say(lines[-1])
-    result: dict = {"header": info, "lines": lines, "rows": [], "speed": [], "pipeline": None}
+    result: dict = {"header": info, "lines": lines, "rows": [], "speed": [], "pipeline": None, "profile": []}
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp)
         if "steps" in args.parts:
@@ -457,6 +505,10 @@ def main(argv: list[str] | None = None) -> dict:
             t = time.perf_counter()
             result["speed"] = speed_rows(args, template_problem, out, lines)
             say(f"(speed settings: {time.perf_counter() - t:.0f} s)")
+        if "profile" in args.parts:
+            t = time.perf_counter()
+            result["profile"] = profile_part(args, at, template_problem, out, lines)
+            say(f"(profiles: {time.perf_counter() - t:.0f} s)")
     if "pipeline" in args.parts:
         t = time.perf_counter()
         result["pipeline"] = pipeline_part(args, result["rows"])

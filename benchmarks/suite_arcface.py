@@ -120,8 +120,8 @@ def wrap(plain: nn.Module, device: str) -> nn.Module:
 
 
 def run(at: SimpleNamespace, backbone_name: str, classes: int, rate: float, batches: list, warmup: int, steps: int,
-        device: str, flops: bool) -> Measured:
-    """Time arcface_torch's step at the row's backbone, batch and classes."""
+        device: str, flops: bool, profiler=None) -> Measured:
+    """Time arcface_torch's step at the row's backbone, batch and classes; a `profiler` records the timed steps."""
     network = NETWORKS.get(backbone_name)
     if network is None:
         raise ValueError(f"backbone {backbone_name} has no arcface_torch counterpart (it has {sorted(NETWORKS)})")
@@ -145,7 +145,7 @@ def run(at: SimpleNamespace, backbone_name: str, classes: int, rate: float, batc
                 flops_per_step = count_flops(lambda: pfc(plain(images), labels).backward())
                 opt.zero_grad()
             backbone = wrap(plain, device)
-            timer, syncs = StepTimer(warmup, steps, device), SyncCounter(device)
+            timer, syncs = StepTimer(warmup, steps, device, profiler), SyncCounter(device)
             losses = []
             for i in range(total):
                 timer.before(i)

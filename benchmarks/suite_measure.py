@@ -135,22 +135,27 @@ def failure(exc: BaseException, what: str) -> str:
 
 
 class StepTimer:
-    """Wall time from the start of step `warmup` to the end of step `warmup + steps - 1`."""
+    """Wall time from the start of step `warmup` to the end of step `warmup + steps - 1`; a `profiler`
+    (suite_profile.WindowProfiler) records the same window."""
 
-    def __init__(self, warmup: int, steps: int, device: str) -> None:
-        self.warmup, self.steps, self.device = warmup, steps, device
+    def __init__(self, warmup: int, steps: int, device: str, profiler=None) -> None:
+        self.warmup, self.steps, self.device, self.profiler = warmup, steps, device, profiler
         self.t0 = 0.0
         self.seconds = float("nan")
 
     def before(self, i: int) -> None:
         if i == self.warmup:
             sync(self.device)
+            if self.profiler is not None:
+                self.profiler.start()
             self.t0 = time.perf_counter()
 
     def after(self, i: int) -> None:
         if i == self.warmup + self.steps - 1:
             sync(self.device)
             self.seconds = (time.perf_counter() - self.t0) / self.steps
+            if self.profiler is not None:
+                self.profiler.stop()
 
 
 def kept_losses(losses: list[torch.Tensor], last: int) -> list[float]:

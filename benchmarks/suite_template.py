@@ -96,8 +96,10 @@ def recorder(timer: StepTimer, syncs: SyncCounter, sync_from: int, last: int):
     return rec
 
 
-def run(cfg, classes: int, batches: list, warmup: int, steps: int, device: str, flops: bool) -> tuple[Measured, object]:
-    """Fit `warmup + steps (+ SYNC_STEPS on a GPU)` steps of the configured run; (measured, the module)."""
+def run(cfg, classes: int, batches: list, warmup: int, steps: int, device: str, flops: bool,
+        profiler=None) -> tuple[Measured, object]:
+    """Fit `warmup + steps (+ SYNC_STEPS on a GPU)` steps of the configured run; (measured, the module). A
+    `profiler` records the timed steps."""
     import pytorch_lightning as pl
 
     from elasticface.training import build_module, build_trainer
@@ -111,7 +113,7 @@ def run(cfg, classes: int, batches: list, warmup: int, steps: int, device: str, 
     pl.seed_everything(0, workers=False, verbose=False)
     module = build_module(cfg, classes)
     trainer, _ = build_trainer(cfg)
-    timer, syncs = StepTimer(warmup, steps, device), SyncCounter(device)
+    timer, syncs = StepTimer(warmup, steps, device, profiler), SyncCounter(device)
     rec = recorder(timer, syncs, warmup + steps, total - 1)
     trainer.callbacks.append(rec)
     loader = torch.utils.data.DataLoader(Batches(batches, total), batch_size=None, shuffle=False)

@@ -164,3 +164,31 @@ def test_settings_picks_the_speed_rows_and_an_unknown_name_is_refused(suite_in_p
     with pytest.raises(SystemExit):
         suite_in_process.main([*TINY, "--parts", "speed", "--settings", "channels_last,compile"])
     assert "--settings compile: expected some of channels_last, cudnn.benchmark" in capsys.readouterr().err
+
+
+def test_the_profiler_counts_the_window_s_ops_and_host_reads(suite_in_process):
+    """A known step: one matrix product and one `.item()` per step, three steps in the window."""
+    import torch
+    from suite_profile import WindowProfiler
+
+    prof = WindowProfiler("cpu", steps=3)
+    a = torch.randn(256, 256)
+    a.sum().item()  # before the window: not counted
+    prof.start()
+    for _ in range(3):
+        (a @ a).sum().item()
+    prof.stop()
+    p = prof.summary()
+    mm = next(k for k in p.top if k["name"] == "aten::mm")
+    assert mm["calls_per_step"] == 1.0 and 0 < mm["share"] <= 1
+    assert p.host_reads_per_step == 1.0 and p.syncs_per_step is None and p.busy is None
+    assert sum(k["share"] for k in p.top) <= 1 + 1e-9 and p.window_ms > 0
+
+
+def test_profile_part_prints_each_side_and_the_template_reads_nothing_back(suite_in_process, capsys):
+    result = suite_in_process.main([*TINY, "--pfc-classes", "0", "--parts", "profile", "--profile-steps", "2"])
+    text = capsys.readouterr().out
+    (side,) = result["profile"]
+    assert side["side"] == "template" and side["row"] == "tiny batch 8 full 16" and side["top"]
+    assert side["host_reads_per_step"] == 0, "no host read inside the template's steps (tests/test_host_sync.py)"
+    assert re.search(r"^  template tiny batch 8 full 16: [\d.]+ ms per step under the profiler", text, re.M), text
