@@ -116,10 +116,10 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--profile-steps", type=int, default=5, help="steps the profile part records after the warm-up")
     p.add_argument("--speed-backbone", default=None,
                    help="the speed settings' and profiles' backbone (default: the last of --backbones)")
-    p.add_argument("--settings", type=csv_list(str), default=None,
-                   help=f"which speed settings (default: all): {', '.join(name for name, _, _ in SETTINGS)}")
     p.add_argument("--speed-batch", type=int, default=None,
                    help="the speed settings' and profiles' batch (default: the largest)")
+    p.add_argument("--settings", type=csv_list(str), default=None,
+                   help=f"which speed settings (default: all): {', '.join(name for name, _, _ in SETTINGS)}")
     p.add_argument("--pipeline-images", type=int, default=None,
                    help="images in the RecordIO (default 8192; 256 on cpu)")
     p.add_argument("--workers", type=int, default=None, help="CPU loader workers (default: every core)")
@@ -203,16 +203,21 @@ def header(args: argparse.Namespace) -> dict:
     return info
 
 
+def class_layers(args) -> list:
+    """The rows' class layers: the full one, and Partial FC unless --pfc-classes 0."""
+    from suite_template import Layer
+
+    full = [Layer("default", args.full_classes)]
+    return (full + [Layer("partial_fc", args.pfc_classes, args.pfc_rate)]) if args.pfc_classes else full
+
+
 def step_rows(args, at, template_problem: str | None, peak: float | None, out: Path, lines: list[str]) -> list[dict]:
     from bench_train import make_batches
     from suite_measure import clear, failure
     import suite_arcface
     import suite_template
-    from suite_template import Layer
 
-    layers = [Layer("default", args.full_classes)]
-    if args.pfc_classes:
-        layers.append(Layer("partial_fc", args.pfc_classes, args.pfc_rate))
+    layers = class_layers(args)
     say()
     say(f"{'backbone':<11}{'batch':>6}  {'class layer':<16}| {'template img/s':>14} {'MFU':>12} {'GFLOP/img':>9} "
         f"{'peak MiB':>9} {'syncs':>5} | {'arcface_torch img/s':>19} {'MFU':>12} {'GFLOP/img':>9} {'peak MiB':>9} "
@@ -359,14 +364,11 @@ def profile_part(args, at, template_problem: str | None, out: Path, lines: list[
     from suite_profile import WindowProfiler, profile_text
     import suite_arcface
     import suite_template
-    from suite_template import Layer
 
     say()
     say(f"profiles: {args.speed_backbone} batch {args.speed_batch}, {args.profile_steps} steps after {args.warmup} "
         "warm-up; kernels by device time (on a CPU: ops by their own CPU time), share of all, calls per step")
-    layers = [Layer("default", args.full_classes)]
-    if args.pfc_classes:
-        layers.append(Layer("partial_fc", args.pfc_classes, args.pfc_rate))
+    layers = class_layers(args)
     results = []
     for layer in layers:
         what = f"{args.speed_backbone} batch {args.speed_batch} {layer.label}"
@@ -387,7 +389,7 @@ def profile_part(args, at, template_problem: str | None, out: Path, lines: list[
                 summary = prof.summary()
                 for line in profile_text(f"{side} {what}", summary):
                     say(line)
-                results.append({"side": side, "row": what, "busy": summary.busy, **vars(summary)})
+                results.append({"side": side, "row": what, **vars(summary)})
             except Exception as exc:  # noqa: BLE001 - one line, the other side still runs
                 lines.append(failure(exc, f"profile {side} {what}"))
                 say(lines[-1])

@@ -29,13 +29,9 @@ class Profile:
     window_ms: float  # wall time of the window
     kernel_ms: float  # device time in kernels (CPU: the ops' own CPU time)
     top: list[dict] = field(default_factory=list)  # name, ms per step, share of kernel time, calls per step
-    syncs_per_step: float | None = None  # CUDA synchronise calls
+    syncs_per_step: float | None = None  # CUDA synchronise calls (None on a CPU)
     host_reads_per_step: float = 0.0
-
-    @property
-    def busy(self) -> float | None:
-        """Share of the window the device spent in kernels (None on a CPU: the ops' time includes the host's)."""
-        return None if self.syncs_per_step is None else self.kernel_ms / self.window_ms
+    busy: float | None = None  # share of the window the GPU spent in kernels (None on a CPU: ops include the host)
 
 
 class WindowProfiler:
@@ -70,8 +66,9 @@ class WindowProfiler:
                for e in sorted(kernels, key=own_us, reverse=True)[:self.top]]
         counts = {e.key: e.count for e in events}
         syncs = sum(counts.get(name, 0) for name in SYNC_CALLS) / self.steps if on_device else None
-        return Profile(self.steps, self.window_ms, kernel_us / 1e3, top, syncs,
-                       counts.get(HOST_READ_OP, 0) / self.steps)
+        reads = counts.get(HOST_READ_OP, 0) / self.steps
+        return Profile(self.steps, self.window_ms, kernel_us / 1e3, top, syncs, reads,
+                       busy=kernel_us / 1e3 / self.window_ms if on_device else None)
 
 
 def profile_text(what: str, p: Profile, width: int = 90) -> list[str]:
