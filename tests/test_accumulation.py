@@ -82,3 +82,28 @@ def test_partial_fc_below_rate_one_trains_with_accumulation(tiny_cfg, tmp_path):
     _fit(model, data, BATCH // 4, 4, tmp_path)
     after = model.centers.weight.detach()
     assert torch.isfinite(after).all() and not torch.equal(after, before)
+
+
+def test_gradients_are_dropped_at_each_optimizer_step_and_kept_within_an_accumulation_window(tiny_cfg, tmp_path):
+    """The module frees the gradients right after each optimizer step (Lightning alone clears them only after the
+    next step's forward, keeping a whole set beside that forward's activations: the memory peak), and never
+    between the micro-batches of one accumulated step."""
+    torch.manual_seed(0)
+    model = build_module(tiny_cfg(*SMALL, "head=arcface"), NUM_CLASSES)
+    seen: list[bool] = []
+
+    class GradsAtBatchStart(pl.Callback):
+        def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+            seen.append(any(p.grad is not None for p in pl_module.parameters()))
+
+    generator = torch.Generator().manual_seed(1)
+    data = TensorDataset(torch.rand(BATCH, 3, SIZE, SIZE, generator=generator) * 2 - 1,
+                         torch.randint(0, NUM_CLASSES, (BATCH,), generator=generator))
+    trainer = pl.Trainer(accelerator="cpu", max_epochs=1, accumulate_grad_batches=2, logger=False,
+                         enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
+                         limit_val_batches=0, callbacks=[GradsAtBatchStart()], default_root_dir=str(tmp_path))
+    trainer.fit(model, DataLoader(data, batch_size=BATCH // 4, shuffle=False, drop_last=True))
+    assert trainer.global_step == 2
+    # micro-batches 0, 1 make step 1 and 2, 3 step 2: gradients exist only inside a step's window
+    assert seen == [False, True, False, True]
+    assert all(p.grad is None for p in model.parameters())

@@ -39,9 +39,16 @@ class FullFC(nn.Module):
                 return F.linear(emb, w)
             return F.linear(F.normalize(emb, dim=1), F.normalize(w, dim=1)).clamp_(-1.0, 1.0)
 
+    def rows(self, labels: Tensor | None) -> tuple[Tensor | None, Tensor | None]:
+        """``(rows, labels')``: the rows of `weight` this step uses (None: all of them, in order) and the labels
+        remapped into them. The chunked class layer reads those rows chunk by chunk and writes their gradient
+        straight into the centres' own (no gathered [C'·K, D] copy, nor a gradient of one)."""
+        return None, labels
+
     def columns(self, labels: Tensor | None) -> tuple[Tensor, Tensor | None]:
         """``(weight [C'·K, D], labels')``: the centres this step uses and the labels remapped into them."""
-        return self.weight, labels
+        rows, labels = self.rows(labels)
+        return (self.weight if rows is None else self.weight[rows]), labels
 
     def forward(self, embeddings: Tensor, labels: Tensor | None = None) -> tuple[Tensor, Tensor | None]:
         weight, labels = self.columns(labels)
@@ -81,7 +88,7 @@ class PartialFC(FullFC):
         score.index_fill_(0, torch.where(labels >= 0, labels, num_classes), 2.0)
         return torch.topk(score[:num_classes], num_sample, sorted=False).indices.sort().values
 
-    def sampled_columns(self, labels: Tensor, num_classes: int, num_sample: int) -> tuple[Tensor, Tensor]:
+    def sampled_rows(self, labels: Tensor, num_classes: int, num_sample: int) -> tuple[Tensor, Tensor]:
         """The sampled classes' rows of `self.weight` (which holds `num_classes` classes), labels remapped."""
         classes = self.sample_classes(labels, num_classes, num_sample)
         self.last_sampled_classes = classes
@@ -89,9 +96,9 @@ class PartialFC(FullFC):
         rows = (classes[:, None] * k + torch.arange(k, device=classes.device)).reshape(-1) if k > 1 else classes
         remapped = torch.searchsorted(classes, labels.clamp_min(0))
         remapped = torch.where(labels >= 0, remapped, labels)
-        return self.weight[rows], remapped
+        return rows, remapped
 
-    def columns(self, labels: Tensor | None) -> tuple[Tensor, Tensor | None]:
+    def rows(self, labels: Tensor | None) -> tuple[Tensor | None, Tensor | None]:
         if labels is None or not self.training or self.num_sample >= self.num_classes:
-            return super().columns(labels)
-        return self.sampled_columns(labels, self.num_classes, self.num_sample)
+            return super().rows(labels)
+        return self.sampled_rows(labels, self.num_classes, self.num_sample)

@@ -39,6 +39,15 @@ def chunk_cosines(x: Tensor, weight: Tensor, normalize: bool, k: int) -> Tensor:
     return cos
 
 
+def _chunk_rows(weight: Tensor, rows: Tensor | None, start: int, stop: int) -> Tensor:
+    """Columns ``start..stop`` of the layer: ``weight``'s rows, or the rows ``rows`` picks (Partial FC's sample)."""
+    return weight[start:stop] if rows is None else weight[rows[start:stop]]
+
+
+def _num_rows(weight: Tensor, rows: Tensor | None) -> int:
+    return weight.shape[0] if rows is None else rows.numel()
+
+
 def _drop_target_(z: Tensor, labels: Tensor, start: int) -> Tensor:
     """Set each row's own class in the chunk ``z [B, n]`` (columns ``start..``) to -inf, in O(B), with no host sync."""
     rows = torch.arange(z.shape[0], device=z.device)
@@ -98,11 +107,11 @@ class _NonTargetLSE(torch.autograd.Function):
         chunk: int,
         normalize: bool,
         scale: Tensor | None,
+        rows: Tensor | None,
     ) -> tuple[Tensor, Tensor]:
-        num = weight.shape[0] // k
-        rows = _target_rows(labels, k)
+        num = _num_rows(weight, rows) // k
         with torch.no_grad():
-            cos_t = _target_cosines(x, weight[rows], normalize)
+            cos_t = _target_cosines(x, weight[_target_rows(labels, k, rows)], normalize)
         fast = scale is not None and k == 1
         lse = torch.full((x.shape[0],), -float("inf"), dtype=x.dtype, device=x.device)
         if fast:
@@ -110,32 +119,32 @@ class _NonTargetLSE(torch.autograd.Function):
         for start in range(0, num, chunk):
             stop = min(start + chunk, num)
             if fast:
-                w = weight[start:stop]
+                w = _chunk_rows(weight, rows, start, stop)
                 z = F.linear(xs, _unit_rows(w)[0] if normalize else w)
                 if normalize:
                     z = torch.clamp(z, lo, hi, out=z)
             else:
-                z = fn(chunk_cosines(x, weight[start * k : stop * k], normalize, k))
+                z = fn(chunk_cosines(x, _chunk_rows(weight, rows, start * k, stop * k), normalize, k))
             _drop_target_(z, labels, start)
             lse = torch.logaddexp(lse, _row_lse(z))
             del z
         ctx.fn, ctx.k, ctx.chunk, ctx.normalize, ctx.fast = fn, k, chunk, normalize, fast
         ctx.scale = scale if not isinstance(scale, Tensor) else None
-        ctx.save_for_backward(x, weight, labels, lse, scale if isinstance(scale, Tensor) else None)
+        ctx.save_for_backward(x, weight, labels, lse, scale if isinstance(scale, Tensor) else None, rows)
         return lse, cos_t  # lse: -inf for a row with no non-target class
 
     @staticmethod
     @torch.autograd.function.once_differentiable
     def backward(ctx, grad: Tensor, grad_t: Tensor):  # type: ignore[override]
-        x, weight, labels, lse, scale = ctx.saved_tensors
+        x, weight, labels, lse, scale, rows = ctx.saved_tensors
         scale = ctx.scale if scale is None else scale
         if ctx.fast:
-            grad_x, grad_w = _fast_backward(ctx, grad, x, weight, labels, lse, scale)
+            grad_x, grad_w = _fast_backward(ctx, grad, x, weight, labels, lse, scale, rows)
         else:
-            grad_x, grad_w = _autograd_backward(ctx, grad, x, weight, labels, lse)
+            grad_x, grad_w = _autograd_backward(ctx, grad, x, weight, labels, lse, rows)
         # the target cosines' share, added into the same gradient (autograd through an index of the
         # centres would allocate a second full [C, D] gradient)
-        rows = _target_rows(labels, ctx.k)
+        rows = _target_rows(labels, ctx.k, rows)
         with torch.enable_grad(), torch.autocast(device_type=x.device.type, enabled=False):
             xl = x.detach().requires_grad_(grad_x is not None)
             wl = weight[rows].detach().requires_grad_(grad_w is not None)
@@ -145,17 +154,19 @@ class _NonTargetLSE(torch.autograd.Function):
             grad_x += grads[0]
         if grad_w is not None:
             grad_w.index_add_(0, rows.reshape(-1), grads[-1].reshape(-1, weight.shape[1]))
-        return grad_x, grad_w, None, None, None, None, None, None
+        return grad_x, grad_w, None, None, None, None, None, None, None
 
 
-def target_cosines(x: Tensor, weight: Tensor, labels: Tensor, k: int, normalize: bool) -> Tensor:
+def target_cosines(x: Tensor, weight: Tensor, labels: Tensor, k: int, normalize: bool,
+                   rows: Tensor | None = None) -> Tensor:
     """``[B, K]``: each row's cosines with its class's K centres (the values :func:`chunked_logits` returns)."""
-    return _target_cosines(x, weight[_target_rows(labels, k)], normalize)
+    return _target_cosines(x, weight[_target_rows(labels, k, rows)], normalize)
 
 
-def _target_rows(labels: Tensor, k: int) -> Tensor:
-    """``[B, K]`` rows of each row's class centres (rows with label -1 read class 0)."""
-    return labels.clamp_min(0)[:, None] * k + torch.arange(k, device=labels.device)
+def _target_rows(labels: Tensor, k: int, rows: Tensor | None = None) -> Tensor:
+    """``[B, K]`` rows of ``weight`` holding each row's class centres (rows with label -1 read column 0)."""
+    columns = labels.clamp_min(0)[:, None] * k + torch.arange(k, device=labels.device)
+    return columns if rows is None else rows[columns]
 
 
 def _target_cosines(x: Tensor, w_t: Tensor, normalize: bool) -> Tensor:
@@ -165,7 +176,8 @@ def _target_cosines(x: Tensor, w_t: Tensor, normalize: bool) -> Tensor:
     return torch.einsum("nd,nkd->nk", x, w_t)
 
 
-def _fast_backward(ctx, grad: Tensor, x: Tensor, weight: Tensor, labels: Tensor, lse: Tensor, scale: Tensor | float):
+def _fast_backward(ctx, grad: Tensor, x: Tensor, weight: Tensor, labels: Tensor, lse: Tensor, scale: Tensor | float,
+                   rows: Tensor | None):
     need_x, need_w = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
     finite = torch.isfinite(lse)
     coef = torch.where(finite, grad, torch.zeros_like(grad))
@@ -176,9 +188,10 @@ def _fast_backward(ctx, grad: Tensor, x: Tensor, weight: Tensor, labels: Tensor,
     xs_signed = xs * sign
     grad_x = torch.zeros_like(x) if need_x else None
     grad_w = torch.zeros_like(weight) if need_w else None
-    for start in range(0, weight.shape[0], ctx.chunk):
-        stop = min(start + ctx.chunk, weight.shape[0])
-        w = weight[start:stop]
+    num = _num_rows(weight, rows)
+    for start in range(0, num, ctx.chunk):
+        stop = min(start + ctx.chunk, num)
+        w = _chunk_rows(weight, rows, start, stop)
         if ctx.normalize:
             w_hat, inv = _unit_rows(w)
         else:
@@ -194,14 +207,15 @@ def _fast_backward(ctx, grad: Tensor, x: Tensor, weight: Tensor, labels: Tensor,
             g_hat = p.T @ xs_signed  # [n, D]: dLSE/dŵ
             if ctx.normalize:  # F.normalize's backward: (g - ŵ (ŵ·g)) / ‖w‖
                 g_hat = (g_hat - w_hat * (w_hat * g_hat).sum(dim=1, keepdim=True)) * inv[:, None]
-            grad_w[start:stop] = g_hat
+            _write_rows(grad_w, rows, start, stop, g_hat)
         del z, p
     if need_x:
         grad_x.mul_(hi * sign)
     return grad_x, grad_w
 
 
-def _autograd_backward(ctx, grad: Tensor, x: Tensor, weight: Tensor, labels: Tensor, lse: Tensor):
+def _autograd_backward(ctx, grad: Tensor, x: Tensor, weight: Tensor, labels: Tensor, lse: Tensor,
+                       rows: Tensor | None):
     k, chunk, fn = ctx.k, ctx.chunk, ctx.fn
     need_x, need_w = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
     finite = torch.isfinite(lse)
@@ -209,12 +223,12 @@ def _autograd_backward(ctx, grad: Tensor, x: Tensor, weight: Tensor, labels: Ten
     lse = torch.where(finite, lse, torch.zeros_like(lse))[:, None]
     grad_x = torch.zeros_like(x) if need_x else None
     grad_w = torch.zeros_like(weight) if need_w else None
-    num = weight.shape[0] // k
+    num = _num_rows(weight, rows) // k
     with torch.enable_grad(), torch.autocast(device_type=x.device.type, enabled=False):
         for start in range(0, num, chunk):
             stop = min(start + chunk, num)
             xl = x.detach().requires_grad_(need_x)
-            wl = weight[start * k : stop * k].detach().requires_grad_(need_w)
+            wl = _chunk_rows(weight, rows, start * k, stop * k).detach().requires_grad_(need_w)
             z = fn(chunk_cosines(xl, wl, ctx.normalize, k))
             # dLSE/dz = softmax over the non-target columns; zero at the target
             p = torch.exp(_drop_target_(z.detach().clone(), labels, start) - lse)
@@ -223,8 +237,16 @@ def _autograd_backward(ctx, grad: Tensor, x: Tensor, weight: Tensor, labels: Ten
             if need_x:
                 grad_x += grads[0]
             if need_w:
-                grad_w[start * k : stop * k] = grads[-1]
+                _write_rows(grad_w, rows, start * k, stop * k, grads[-1])
     return grad_x, grad_w
+
+
+def _write_rows(grad_w: Tensor, rows: Tensor | None, start: int, stop: int, value: Tensor) -> None:
+    """The gradient of columns ``start..stop`` into their rows of the centres' gradient (sampled rows are distinct)."""
+    if rows is None:
+        grad_w[start:stop] = value
+    else:
+        grad_w.index_copy_(0, rows[start:stop], value)
 
 
 def chunked_logits(
@@ -236,6 +258,7 @@ def chunked_logits(
     chunk: int = DEFAULT_CHUNK_SIZE,
     normalize: bool = True,
     scale: Tensor | float | None = None,
+    rows: Tensor | None = None,
 ) -> tuple[Tensor, Tensor]:
     """``(lse [B], cos_t [B, K])``: :func:`nontarget_lse` and the cosines of each row with its K target
     centres (clamped as the dense path clamps), both differentiable, with one [C·K, D] centre gradient."""
@@ -243,7 +266,7 @@ def chunked_logits(
         scale = scale.detach()
     elif scale is not None:
         scale = float(scale)
-    return _NonTargetLSE.apply(x, weight, labels, fn, k, chunk, normalize, scale)
+    return _NonTargetLSE.apply(x, weight, labels, fn, k, chunk, normalize, scale, rows)
 
 
 def nontarget_lse(
@@ -255,15 +278,17 @@ def nontarget_lse(
     chunk: int = DEFAULT_CHUNK_SIZE,
     normalize: bool = True,
     scale: Tensor | float | None = None,
+    rows: Tensor | None = None,
 ) -> Tensor:
     """``[B]``: ``log Σ_{j ≠ labels_i} exp(fn(cos_ij))`` over the classes of ``weight`` ([C·K, D], raw rows).
 
     ``x``: the embeddings, already normalised when ``normalize``; ``labels``: column of each row's class
     in ``weight`` or -1 (then every class counts); ``fn``: elementwise map from cosines to logits;
-    ``scale`` (> 0, a number, 0-d or [B] tensor, detached): say that ``fn(c) == scale * c`` (the fast path).
+    ``scale`` (> 0, a number, 0-d or [B] tensor, detached): say that ``fn(c) == scale * c`` (the fast path);
+    ``rows`` (distinct, ascending): the columns are these rows of ``weight`` (Partial FC's sample), not all of them.
     Differentiable in ``x`` and ``weight``.
     """
-    return chunked_logits(x, weight, labels, fn, k, chunk, normalize, scale)[0]
+    return chunked_logits(x, weight, labels, fn, k, chunk, normalize, scale, rows)[0]
 
 
 class _CombineShards(torch.autograd.Function):

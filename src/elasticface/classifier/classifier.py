@@ -134,9 +134,11 @@ class Classifier(nn.Module):
         self, embeddings: Tensor, labels: Tensor, shard: ClassShard | None, margin_weight: float
     ) -> ClassifierOutput:
         centers, head = self.centers, self.head
-        weight, mapped = centers.columns(labels)
+        # the step's rows of the centres (Partial FC: a sample) are read in place, chunk by chunk
+        rows, mapped = centers.rows(labels)
+        weight = centers.weight
         k, normalize = centers.centers_per_class, centers.normalize
-        num = weight.shape[0] // k
+        num = (weight.shape[0] if rows is None else rows.numel()) // k
         chunk = min(self.chunk_size or DEFAULT_CHUNK_SIZE, num)
         x = F.normalize(embeddings, dim=1) if normalize else embeddings
         weight = weight.to(x.dtype)
@@ -148,7 +150,7 @@ class Classifier(nn.Module):
         # logit is re-attached to the chunked node through its per-row derivative (it is elementwise in cos θ_y).
         owned = mapped >= 0
         with torch.no_grad():
-            cos_y0 = target_cosines(x, weight, mapped, k, normalize).amax(dim=1)
+            cos_y0 = target_cosines(x, weight, mapped, k, normalize, rows).amax(dim=1)
         stand_in = cos_y0.clone().requires_grad_(torch.is_grad_enabled())
         cos_y, valid = stand_in, owned
         norms = embeddings.norm(dim=1) if head.needs_norms else None
@@ -160,13 +162,13 @@ class Classifier(nn.Module):
 
         def lse_of(fn: Any, scale: Any = None) -> Tensor:
             with torch.no_grad():
-                lse = nontarget_lse(x.detach(), weight.detach(), mapped, fn, k, chunk, normalize, scale)
+                lse = nontarget_lse(x.detach(), weight.detach(), mapped, fn, k, chunk, normalize, scale, rows)
                 return lse if shard is None else combine_shards(lse)
 
         num_columns = self._num_columns(num, shard, mapped.numel())
         plan = head.plan(cos_y, valid, norms, num_columns=num_columns, nontarget_lse=lse_of, shard=shard,
                          margin_weight=margin_weight)
-        lse, cos_t = chunked_logits(x, weight, mapped, plan.nontarget, k, chunk, normalize, plan.scale)
+        lse, cos_t = chunked_logits(x, weight, mapped, plan.nontarget, k, chunk, normalize, plan.scale, rows)
         if shard is not None:
             lse = combine_shards(lse)
         z_y = plan.target

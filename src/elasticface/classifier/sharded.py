@@ -77,18 +77,18 @@ class ShardedFC(PartialFC):
                 f"label {int(labels.max())} in the training batch: must be < num_classes={self.num_classes}"
             )
 
-    def columns(self, labels: Tensor | None) -> tuple[Tensor, Tensor | None]:
+    def rows(self, labels: Tensor | None) -> tuple[Tensor | None, Tensor | None]:
         if not self.is_sharded:
-            return super().columns(labels)
+            return super().rows(labels)
         if labels is None or not self.training:
-            return self.weight, None
+            return None, None
         self.check_labels(labels)
         owned = (labels >= self.class_start) & (labels < self.class_stop)
         local = torch.where(owned, labels - self.class_start, torch.full_like(labels, -1))
         num_sample = self.num_sample_of(self.num_local_classes)
         if num_sample >= self.num_local_classes:
-            return self.weight, local
-        return self.sampled_columns(local, self.num_local_classes, num_sample)
+            return None, local
+        return self.sampled_rows(local, self.num_local_classes, num_sample)
 
     def num_sample_of(self, num_local_classes: int) -> int:
         """How many of a shard's classes a step samples (before `sample_classes` raises it to the batch size)."""
