@@ -157,7 +157,7 @@ class FaceRecognitionModule(pl.LightningModule):
     def optimizer_step(self, epoch: int, batch_idx: int, optimizer: Any, optimizer_closure: Any = None) -> None:
         """Lightning's step, then the gradients dropped at once. Lightning clears them only inside the next
         step, after its forward: one whole set of gradients (the centres' [C, D] among them: 3.8 GiB at 2M classes)
-        would stay alive beside that forward's activations, where a step's memory peaks (docs/speed.md)."""
+        would stay alive beside that forward's activations, where a step's memory can peak (docs/speed.md)."""
         super().optimizer_step(epoch, batch_idx, optimizer, optimizer_closure)
         optimizer.zero_grad(set_to_none=True)
 

@@ -44,7 +44,8 @@ def _chunk_rows(weight: Tensor, rows: Tensor | None, start: int, stop: int) -> T
     return weight[start:stop] if rows is None else weight[rows[start:stop]]
 
 
-def _num_rows(weight: Tensor, rows: Tensor | None) -> int:
+def row_count(weight: Tensor, rows: Tensor | None) -> int:
+    """How many rows of ``weight`` the layer's columns are: all, or the ``rows`` picked."""
     return weight.shape[0] if rows is None else rows.numel()
 
 
@@ -109,7 +110,7 @@ class _NonTargetLSE(torch.autograd.Function):
         scale: Tensor | None,
         rows: Tensor | None,
     ) -> tuple[Tensor, Tensor]:
-        num = _num_rows(weight, rows) // k
+        num = row_count(weight, rows) // k
         with torch.no_grad():
             cos_t = _target_cosines(x, weight[_target_rows(labels, k, rows)], normalize)
         fast = scale is not None and k == 1
@@ -144,16 +145,16 @@ class _NonTargetLSE(torch.autograd.Function):
             grad_x, grad_w = _autograd_backward(ctx, grad, x, weight, labels, lse, rows)
         # the target cosines' share, added into the same gradient (autograd through an index of the
         # centres would allocate a second full [C, D] gradient)
-        rows = _target_rows(labels, ctx.k, rows)
+        target = _target_rows(labels, ctx.k, rows)
         with torch.enable_grad(), torch.autocast(device_type=x.device.type, enabled=False):
             xl = x.detach().requires_grad_(grad_x is not None)
-            wl = weight[rows].detach().requires_grad_(grad_w is not None)
+            wl = weight[target].detach().requires_grad_(grad_w is not None)
             leaves = [t for t in (xl, wl) if t.requires_grad]
             grads = torch.autograd.grad(_target_cosines(xl, wl, ctx.normalize), leaves, grad_t)
         if grad_x is not None:
             grad_x += grads[0]
         if grad_w is not None:
-            grad_w.index_add_(0, rows.reshape(-1), grads[-1].reshape(-1, weight.shape[1]))
+            grad_w.index_add_(0, target.reshape(-1), grads[-1].reshape(-1, weight.shape[1]))
         return grad_x, grad_w, None, None, None, None, None, None, None
 
 
@@ -188,7 +189,7 @@ def _fast_backward(ctx, grad: Tensor, x: Tensor, weight: Tensor, labels: Tensor,
     xs_signed = xs * sign
     grad_x = torch.zeros_like(x) if need_x else None
     grad_w = torch.zeros_like(weight) if need_w else None
-    num = _num_rows(weight, rows)
+    num = row_count(weight, rows)
     for start in range(0, num, ctx.chunk):
         stop = min(start + ctx.chunk, num)
         w = _chunk_rows(weight, rows, start, stop)
@@ -223,7 +224,7 @@ def _autograd_backward(ctx, grad: Tensor, x: Tensor, weight: Tensor, labels: Ten
     lse = torch.where(finite, lse, torch.zeros_like(lse))[:, None]
     grad_x = torch.zeros_like(x) if need_x else None
     grad_w = torch.zeros_like(weight) if need_w else None
-    num = _num_rows(weight, rows) // k
+    num = row_count(weight, rows) // k
     with torch.enable_grad(), torch.autocast(device_type=x.device.type, enabled=False):
         for start in range(0, num, chunk):
             stop = min(start + chunk, num)

@@ -28,6 +28,7 @@ from elasticface.classifier.chunked import (
     chunked_logits,
     combine_shards,
     nontarget_lse,
+    row_count,
     sum_shards,
     target_cosines,
 )
@@ -138,7 +139,7 @@ class Classifier(nn.Module):
         rows, mapped = centers.rows(labels)
         weight = centers.weight
         k, normalize = centers.centers_per_class, centers.normalize
-        num = (weight.shape[0] if rows is None else rows.numel()) // k
+        num = row_count(weight, rows) // k
         chunk = min(self.chunk_size or DEFAULT_CHUNK_SIZE, num)
         x = F.normalize(embeddings, dim=1) if normalize else embeddings
         weight = weight.to(x.dtype)
