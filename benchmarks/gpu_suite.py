@@ -23,6 +23,7 @@ import argparse
 import importlib
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -45,6 +46,11 @@ SETTINGS = [
     ("model.compile", ["model.compile=true"], ["model.compile=false"]),
     # on: the base itself (compile and channels_last by `auto`); off: the plain eager NCHW step
     ("trainer=gpu defaults", [], ["model.channels_last=false", "model.compile=false"]),
+    # the class layer (docs/class_layer.md): the dense [B, C] logits against the chunked step, and the chunked step
+    # at a larger chunk (fewer launches); chunk_size 8192 was measured on a CPU
+    ("dense class layer", ["model.classifier.path=dense"], ["model.classifier.path=chunked"]),
+    ("chunk_size 32768", ["model.classifier.path=chunked", "model.classifier.chunk_size=32768"],
+     ["model.classifier.path=chunked", "model.classifier.chunk_size=null"]),
 ]
 #: settings left out on a CPU, and why
 CUDA_ONLY = {"cudnn.benchmark": "cuDNN is a GPU library",
@@ -52,7 +58,7 @@ CUDA_ONLY = {"cudnn.benchmark": "cuDNN is a GPU library",
              "trainer=gpu defaults": "inductor's C++ build takes minutes on a CPU"}
 #: what identifies a speed run (runs with equal values are measured once)
 SETTING_KEYS = ["model.channels_last", "trainer.benchmark", "optimizer.fused", "optimizer.foreach",
-                "trainer.log_every_n_steps", "model.compile"]
+                "trainer.log_every_n_steps", "model.compile", "model.classifier.path", "model.classifier.chunk_size"]
 #: relative loss difference within which a setting keeps the step's result, by trainer.precision
 LOSS_RTOL = {"bf16-mixed": 2.0**-7, "16-mixed": 2.0**-10}
 LOSS_RTOL_FP32 = 1e-5
@@ -118,6 +124,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
                    help="the speed settings' and profiles' backbone (default: the last of --backbones)")
     p.add_argument("--speed-batch", type=int, default=None,
                    help="the speed settings' and profiles' batch (default: the largest)")
+    p.add_argument("--speed-layers", type=csv_list(str), default=["full"],
+                   help="the class layers the speed settings run at: full, pfc (default: full)")
     p.add_argument("--settings", type=csv_list(str), default=None,
                    help=f"which speed settings (default: all): {', '.join(name for name, _, _ in SETTINGS)}")
     p.add_argument("--pipeline-images", type=int, default=None,
@@ -135,6 +143,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     unknown = set(args.parts) - {"steps", "speed", "pipeline", "profile"}
     if unknown:
         p.error(f"--parts {','.join(sorted(unknown))}: expected some of steps, speed, pipeline, profile")
+    if set(args.speed_layers) - {"full", "pfc"} or ("pfc" in args.speed_layers and not args.pfc_classes):
+        p.error(f"--speed-layers {','.join(args.speed_layers)}: expected some of full, pfc (pfc needs --pfc-classes)")
     names = [name for name, _, _ in SETTINGS]
     if args.settings is not None and set(args.settings) - set(names):
         p.error(f"--settings {','.join(sorted(set(args.settings) - set(names)))}: expected some of {', '.join(names)}")
@@ -297,15 +307,18 @@ def row_text(row: dict, ours, theirs, peak) -> str:
             f"{_num(row['ratio'], '.2f'):>11} {_num(row['memory_ratio'], '.2f'):>9}")
 
 
-def speed_rows(args, template_problem: str | None, out: Path, lines: list[str]) -> list[dict]:
-    """Each speed setting on and off at one size; runs with the same settings are measured once."""
+def speed_layers(args) -> list:
+    """The class layers the speed settings run at (--speed-layers), from the rows' own."""
+    return [layer for layer in class_layers(args) if ("pfc" if layer.rate else "full") in args.speed_layers]
+
+
+def speed_rows(args, layer, template_problem: str | None, out: Path, lines: list[str]) -> list[dict]:
+    """Each speed setting on and off at one size and class layer; runs with the same settings are measured once."""
     from bench_train import make_batches
     from suite_measure import clear, failure
     import suite_template
-    from suite_template import Layer
 
     say()
-    layer = Layer("default", args.full_classes)
     say(f"speed settings: {args.speed_backbone} batch {args.speed_batch} {layer.label}, trainer="
         f"{'gpu' if args.device == 'cuda' else 'cpu'} defaults otherwise; keeps result: losses at steps 0 and 1 within "
         f"{LOSS_RTOL.get(args.precision, LOSS_RTOL_FP32):.2g} relative ({args.precision})")
@@ -318,7 +331,9 @@ def speed_rows(args, template_problem: str | None, out: Path, lines: list[str]) 
     cache: dict[tuple, object] = {}
 
     def measure(extra: list[str]):
-        cfg = suite_template.compose(base + extra, out / f"speed_{len(cache)}")
+        # a chunk holds at most the layer's classes (the classifier refuses more): tiny layers get one chunk
+        extra = [re.sub(r"(chunk_size=)(\d+)", lambda m: f"{m[1]}{min(int(m[2]), layer.classes)}", x) for x in extra]
+        cfg = suite_template.compose(base + extra, out / f"speed_{layer.option}_{len(cache)}")
         key = run_key(cfg, args.device)
         if key not in cache:
             try:
@@ -326,7 +341,7 @@ def speed_rows(args, template_problem: str | None, out: Path, lines: list[str]) 
                                                         args.device, flops=False)
                 del module
             except Exception as exc:  # noqa: BLE001
-                cache[key] = failure(exc, f"speed {' '.join(extra) or 'defaults'}")
+                cache[key] = failure(exc, f"speed {layer.label} {' '.join(extra) or 'defaults'}")
                 lines.append(cache[key])
                 say(f"  {cache[key]}")
             clear(args.device)
@@ -344,9 +359,10 @@ def speed_rows(args, template_problem: str | None, out: Path, lines: list[str]) 
         if isinstance(a, str) or isinstance(b, str):
             continue
         rel = max(abs(x - y) / max(abs(y), 1e-12) for x, y in zip(b.losses[:2], a.losses[:2]))
-        row = {"setting": name, "off": a.images_per_s, "on": b.images_per_s, "ratio": b.images_per_s / a.images_per_s,
-               "syncs_off": a.syncs_per_step, "syncs_on": b.syncs_per_step, "losses_off": a.losses,
-               "losses_on": b.losses, "max_rel_diff": rel, "keeps_result": rel <= rtol, "note": b.note}
+        row = {"setting": name, "class_layer": layer.label, "off": a.images_per_s, "on": b.images_per_s,
+               "ratio": b.images_per_s / a.images_per_s, "syncs_off": a.syncs_per_step,
+               "syncs_on": b.syncs_per_step, "losses_off": a.losses, "losses_on": b.losses, "max_rel_diff": rel,
+               "keeps_result": rel <= rtol, "note": b.note}
         rows.append(row)
         say(f"  {name:<25}{a.images_per_s:>11,.1f}{b.images_per_s:>11,.1f}{row['ratio']:>8.3f}"
             f"{_num(a.syncs_per_step, '.1f'):>7}/{_num(b.syncs_per_step, '.1f'):<6}   "
@@ -505,7 +521,8 @@ def main(argv: list[str] | None = None) -> dict:
             say(f"(steps: {time.perf_counter() - t:.0f} s)")
         if "speed" in args.parts:
             t = time.perf_counter()
-            result["speed"] = speed_rows(args, template_problem, out, lines)
+            for layer in speed_layers(args):
+                result["speed"] += speed_rows(args, layer, template_problem, out, lines)
             say(f"(speed settings: {time.perf_counter() - t:.0f} s)")
         if "profile" in args.parts:
             t = time.perf_counter()

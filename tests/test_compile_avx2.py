@@ -48,7 +48,7 @@ def test_compiled_training_is_finite_under_avx2_for_every_head(backbone, tmp_pat
     summaries = [json.loads(p.read_text()) for p in sorted((tmp_path / "sweep").rglob("summary.json"))]
     assert sorted(s["head"] for s in summaries) == sorted(heads)
     for s in summaries:
-        assert s["compile"] is True and s["weights_finite"] is True, (backbone, s["head"])
+        assert s["compile"] is True and s["compiled"] is True and s["weights_finite"] is True, (backbone, s["head"])
         assert math.isfinite(s["val/acc_mean"]["final"]) and s["global_step"] > 0, (backbone, s["head"])
 
 
@@ -68,6 +68,6 @@ def test_avx2_and_avx512_runs_share_an_inductor_cache(tmp_path):
                               "logger=[]"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=1800)
         assert out.returncode == 0, (level, out.returncode, out.stdout[-2000:] + out.stderr[-3000:])
         summary = json.loads((tmp_path / level / "summary.json").read_text())
-        assert summary["compile"] is True and summary["weights_finite"] is True, level
+        assert summary["compiled"] is True and summary["weights_finite"] is True, level
     folders = sorted(p.name for p in (tmp_path / "inductor").glob("isa-*"))  # beside them: the ISA probes' kernels
     assert len(folders) == 2 and folders[0] == "isa-avx2" and folders[1].startswith("isa-avx512"), folders

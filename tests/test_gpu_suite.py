@@ -46,8 +46,9 @@ def test_the_documented_cpu_run_prints_every_part(tmp_path):
         assert r["template"]["images_per_s"] > 0 and r["template"]["flops_per_step"] > 0
         assert r["template"]["mfu"] == "unknown peak"  # a CPU has no bf16 peak in the table
         assert r["arcface_torch"] is None and r["ratio"] is None
-    speed = {r["setting"]: r for r in result["speed"]}
-    assert set(speed) == {"channels_last", "fused optimizer", "no host syncs"}
+    assert {r["class_layer"] for r in result["speed"]} == {"full 16", "pfc 0.1 64"}  # --speed-layers full,pfc
+    speed = {r["setting"]: r for r in result["speed"] if r["class_layer"] == "pfc 0.1 64"}
+    assert set(speed) == {"channels_last", "fused optimizer", "no host syncs", "dense class layer", "chunk_size 32768"}
     for name in ("model.compile", "cudnn.benchmark", "trainer=gpu defaults"):
         assert re.search(rf"^  {re.escape(name)} +measured on the GPU only", text, re.M), name
     # independent of any tolerance: the optimizer acts after step 0's loss, so both sides' first losses are the same
@@ -55,6 +56,8 @@ def test_the_documented_cpu_run_prints_every_part(tmp_path):
     assert speed["fused optimizer"]["losses_on"][0] == speed["fused optimizer"]["losses_off"][0]
     assert speed["no host syncs"]["losses_on"] == speed["no host syncs"]["losses_off"]
     assert all(r["on"] > 0 and r["off"] > 0 for r in speed.values())
+    # the chunked class layer is the dense one to float rounding (tests/test_classifier.py holds it per head)
+    assert speed["dense class layer"]["keeps_result"] and speed["chunk_size 32768"]["keeps_result"]
     pipe = result["pipeline"]
     assert pipe["cpu_images_per_s"] > 0 and pipe["gpu_images_per_s"] is None and pipe["gpu_note"] == "no GPU"
     assert pipe["model_images_per_s"] == max(r["template"]["images_per_s"] for r in rows)
@@ -164,6 +167,17 @@ def test_settings_picks_the_speed_rows_and_an_unknown_name_is_refused(suite_in_p
     with pytest.raises(SystemExit):
         suite_in_process.main([*TINY, "--parts", "speed", "--settings", "channels_last,compile"])
     assert "--settings compile: expected some of channels_last, cudnn.benchmark" in capsys.readouterr().err
+
+
+def test_speed_layers_picks_the_class_layers_and_a_chunk_never_exceeds_the_layer(suite_in_process, capsys):
+    """A chunk larger than the layer's classes would be refused by the classifier: the tiny layers get one chunk."""
+    result = suite_in_process.main([*TINY, "--pfc-classes", "64", "--steps", "1", "--parts", "speed",
+                                    "--speed-layers", "pfc", "--settings", "chunk_size 32768"])
+    assert [(r["setting"], r["class_layer"]) for r in result["speed"]] == [("chunk_size 32768", "pfc 0.1 64")]
+    assert result["lines"] == []
+    with pytest.raises(SystemExit):
+        suite_in_process.main([*TINY, "--pfc-classes", "0", "--parts", "speed", "--speed-layers", "pfc"])
+    assert "--speed-layers pfc: expected some of full, pfc (pfc needs --pfc-classes)" in capsys.readouterr().err
 
 
 def test_the_profiler_counts_the_window_s_ops_and_host_reads(suite_in_process):

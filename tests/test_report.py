@@ -140,6 +140,34 @@ def test_seed_table_pairs_each_row_with_arcface_and_compiled_with_eager(tmp_path
     assert "| baseline: raw pixels |  | 60.00 |  |  |" in markdown and "| baseline: eigenfaces |  | 65.00 |" in markdown
 
 
+def test_seed_table_reads_what_ran_not_the_compile_setting(tmp_path):
+    """`model.compile=auto` (the default) compiles on one machine and not another, and `true` falls back to eager
+    without a toolchain: the table pairs rows by summary.json's `compiled`. A sweep compiled throughout keeps its
+    ArcFace reference; a `true` row that ran eagerly is no compiled row."""
+    def sweep(root: Path, rows: dict[tuple, list[float]]) -> str:
+        for (head, setting, compiled), accs in rows.items():
+            for seed, acc in enumerate(accs, 1):
+                job = write_job(root, f"{seed}_{head}_{setting}", head, 0.5, 0.05 if "elastic" in head else None,
+                                {"lfw_fold10": acc}, seed)
+                summary = json.loads((job / "summary.json").read_text())
+                summary.update({"compile": setting, "compiled": compiled,
+                                "val/acc_mean": {"final": acc, "best": acc}})
+                (job / "summary.json").write_text(json.dumps(summary))
+        return to_markdown(build_report(read_sweep(root)))
+
+    markdown = sweep(tmp_path / "gpu", {("arcface", "auto", True): [0.80, 0.82, 0.81],
+                                        ("elastic_arc", "auto", True): [0.82, 0.83, 0.84]})
+    assert "| ElasticFace-Arc m=0.5 σ=0.05 | 1 2 3 | 83.00 ± 1.00 | 83.00 ± 1.00 | +2.00 ± 1.00" in markdown
+    markdown = sweep(tmp_path / "pairs", {("arcface", False, False): [0.80, 0.82, 0.81],
+                                          ("elastic_arc", "auto", True): [0.81, 0.84, 0.83],
+                                          ("elastic_arc", False, False): [0.82, 0.83, 0.84]})
+    assert "ElasticFace-Arc m=0.5 σ=0.05 compile=auto − the same row eager, same seed: -0.33" in markdown
+    markdown = sweep(tmp_path / "fell_back", {("arcface", False, False): [0.80, 0.82, 0.81],
+                                              ("elastic_arc", True, False): [0.81, 0.84, 0.83],
+                                              ("elastic_arc", False, False): [0.82, 0.83, 0.84]})
+    assert "the same row eager" not in markdown
+
+
 def _write_metrics(job: Path, rows: list[dict[str, float]], version: int = 0) -> None:
     path = job / "csv" / f"version_{version}" / "metrics.csv"
     path.parent.mkdir(parents=True)

@@ -44,7 +44,8 @@ def make_summary(cfg: DictConfig, trainer: pl.Trainer, model: FaceRecognitionMod
         "head": group_choice(cfg, "head"),
         "backbone": group_choice(cfg, "backbone"),
         "data": group_choice(cfg, "data"),
-        "compile": OmegaConf.select(cfg, "model.compile", default=False),
+        "compile": OmegaConf.select(cfg, "model.compile", default=False),  # the setting; `compiled`: what ran
+        "compiled": bool(model.compiled),
         "margin_schedule": _schedule_text(OmegaConf.select(cfg, "model.margin_schedule", default=None)),
         "choices": {k[len("choice/"):]: v for k, v in params.items() if k.startswith("choice/")},
         "weights_finite": finite,

@@ -71,7 +71,12 @@ def _pct(mean: float, std: float | None) -> str:
 
 
 def _compiled(row: Any) -> bool:
-    return row.extra.get("compile") not in (None, False, "false")
+    """Whether the row's runs trained a compiled backbone: summary.json's `compiled` where recorded (`auto`
+    decides per machine; without a toolchain a run falls back to eager), else an explicit `compile` setting."""
+    recorded = [s["compiled"] for s in row.summaries if "compiled" in s]
+    if recorded:
+        return all(recorded)
+    return row.extra.get("compile") in (True, "true", "cpu")
 
 
 def _final_by_seed(row: Any) -> dict[Any, float]:
@@ -87,10 +92,10 @@ def _difference(d: Paired) -> str:
 
 def seed_table(rows: list[Any], varying: list[str]) -> list[str]:
     """Markdown lines: one row per configuration (`table.Row`s with their summaries), baselines last."""
-    references = [r for r in rows if r.family == REFERENCE_FAMILY and not _compiled(r)]
-    if len(references) > 1:  # ArcFace under several settings (a table of remedies): the one with none of them
-        references = [r for r in references if all(str(r.extra.get(k)) in ("none", "None") for k in varying
-                                                   if k not in ("s", "backbone", "data", "compile"))]
+    references = [r for r in rows if r.family == REFERENCE_FAMILY]
+    if len(references) > 1:  # ArcFace under several settings (a table of remedies): eager, with none of them
+        references = [r for r in references if not _compiled(r) and all(
+            str(r.extra.get(k)) in ("none", "None") for k in varying if k not in ("s", "backbone", "data", "compile"))]
     reference = references[0] if len(references) == 1 else None
     ref_final = _final_by_seed(reference) if reference else {}
     head = ["row", "seeds", "final", "best"] + ([f"final − {reference.label(varying)}, same seed"] if reference else [])
