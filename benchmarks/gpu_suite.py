@@ -23,7 +23,6 @@ import argparse
 import importlib
 import json
 import os
-import re
 import subprocess
 import sys
 import tempfile
@@ -331,8 +330,6 @@ def speed_rows(args, layer, template_problem: str | None, out: Path, lines: list
     cache: dict[tuple, object] = {}
 
     def measure(extra: list[str]):
-        # a chunk holds at most the layer's classes (the classifier refuses more): tiny layers get one chunk
-        extra = [re.sub(r"(chunk_size=)(\d+)", lambda m: f"{m[1]}{min(int(m[2]), layer.classes)}", x) for x in extra]
         cfg = suite_template.compose(base + extra, out / f"speed_{layer.option}_{len(cache)}")
         key = run_key(cfg, args.device)
         if key not in cache:

@@ -246,10 +246,25 @@ def test_nontarget_lse_is_the_logsumexp_without_the_target_column():
     assert out.loss.item() == 0.0 and torch.isfinite(e.grad).all() and torch.isfinite(layer.weight.grad).all()
 
 
-@pytest.mark.parametrize("bad", [0, -3, C + 1, 2.5, True])
-def test_chunk_size_outside_one_to_num_classes_is_refused(bad):
-    with pytest.raises(ValueError, match=rf"chunk_size={bad!r}: must be an integer in \[1, num_classes={C}\]"):
+@pytest.mark.parametrize("bad", [0, -3, 2.5, True])
+def test_chunk_size_that_is_not_a_positive_integer_is_refused(bad):
+    with pytest.raises(ValueError, match=rf"chunk_size={bad!r}: must be a positive integer \(classes per chunk\)"):
         Classifier(FullFC(D, C), _build("arcface"), chunk_size=bad)
+
+
+def test_chunk_size_above_the_class_count_is_one_chunk():
+    """A sweep over data sets keeps one chunk_size: above the class count it is one chunk, as chunk_size=C is."""
+    torch.manual_seed(0)
+    e, y = torch.randn(6, D), torch.randint(0, C, (6,))
+    grads = []
+    for chunk in (C, C + 1, 10**6):
+        layer = FullFC(D, C)
+        layer.weight.data.copy_(torch.randn(C, D, generator=torch.Generator().manual_seed(1)))
+        out = Classifier(layer, _build("arcface"), chunk_size=chunk, path="chunked")(e, y)
+        out.loss.backward()
+        grads.append((out.loss.detach(), layer.weight.grad))
+    for loss, grad in grads[1:]:
+        assert torch.equal(loss, grads[0][0]) and torch.equal(grad, grads[0][1])
 
 
 def test_unknown_path_is_refused():

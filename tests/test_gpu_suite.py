@@ -169,8 +169,8 @@ def test_settings_picks_the_speed_rows_and_an_unknown_name_is_refused(suite_in_p
     assert "--settings compile: expected some of channels_last, cudnn.benchmark" in capsys.readouterr().err
 
 
-def test_speed_layers_picks_the_class_layers_and_a_chunk_never_exceeds_the_layer(suite_in_process, capsys):
-    """A chunk larger than the layer's classes would be refused by the classifier: the tiny layers get one chunk."""
+def test_speed_layers_picks_the_class_layers(suite_in_process, capsys):
+    """The tiny layer's 64 classes run chunk_size 32768 as one chunk."""
     result = suite_in_process.main([*TINY, "--pfc-classes", "64", "--steps", "1", "--parts", "speed",
                                     "--speed-layers", "pfc", "--settings", "chunk_size 32768"])
     assert [(r["setting"], r["class_layer"]) for r in result["speed"]] == [("chunk_size 32768", "pfc 0.1 64")]
