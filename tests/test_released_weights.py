@@ -228,9 +228,10 @@ def test_exported_models_are_refused_as_training_weights(tmp_path):
 def test_train_refuses_a_bad_file_before_reading_data(tiny_cfg, tmp_path):
     from elasticface.training import run
 
-    bad = _tiny_file(tmp_path, embedding_size=64)
-    cfg = tiny_cfg("data=folder", f"data.root={tmp_path / 'no_such_folder'}", f"weights={bad}")
-    with pytest.raises(WeightsError, match="tiny64.pth: holds a 64-d embedding"):
+    bad = _tiny_file(tmp_path, embedding_size=64)  # an embedding size the command line names otherwise
+    cfg = tiny_cfg("data=folder", f"data.root={tmp_path / 'no_such_folder'}", f"weights={bad}",
+                   "model.embedding_size=32")
+    with pytest.raises(WeightsError, match="tiny64.pth: holds a 64-d embedding .* model.embedding_size=32"):
         run(cfg)
 
 

@@ -23,6 +23,8 @@ from torch import Tensor, nn
 from elasticface.classifier import Classifier, ClassifierOutput, FullFC
 from elasticface.utils.distributed import rank_and_world
 from elasticface.data.faults import too_small_to_train
+from elasticface.finetune.head_only import head_only_steps
+from elasticface.finetune.l2sp import StartPoint
 from elasticface.heads.base import MarginHead
 from elasticface.margin_schedule import MarginSchedule
 from elasticface.metrics.verification import VerificationAccuracy, flip_fused_embeddings
@@ -59,11 +61,15 @@ class FaceRecognitionModule(pl.LightningModule):
         compile: bool | str = False,
         channels_last: bool | str = False,
         margin_schedule: dict | None = None,
+        imprint_centers: bool = False,
+        head_only_epochs: float = 0.0,
+        l2sp_alpha: float = 0.0,
     ) -> None:
         super().__init__()
-        if isinstance(backbone_lr_scale, bool) or not isinstance(backbone_lr_scale, (int, float)) \
-                or not backbone_lr_scale >= 0:
-            raise ValueError(f"model.backbone_lr_scale={backbone_lr_scale!r}: expected a number >= 0")
+        for key, value in (("backbone_lr_scale", backbone_lr_scale), ("head_only_epochs", head_only_epochs),
+                           ("l2sp_alpha", l2sp_alpha)):
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
+                raise ValueError(f"model.{key}={value!r}: expected a number >= 0")
         backbone, head, centers, optimizer, scheduler, classifier, margin_schedule = map(
             _as_container, (backbone, head, centers, optimizer, scheduler, classifier, margin_schedule))
         self.margin_schedule = MarginSchedule(**(margin_schedule or {}))
@@ -95,6 +101,9 @@ class FaceRecognitionModule(pl.LightningModule):
         self._theta_valid: Tensor | None = None
         self._margins: Tensor | None = None
         self._skipped_records: Tensor | None = None
+        # fine-tuning (elasticface.finetune): the loaded weights L2-SP pulls toward, and the head-only steps
+        self.start_point: StartPoint | None = None
+        self._head_only_steps = 0
 
     @classmethod
     def load_from_checkpoint(cls, checkpoint_path: Any, map_location: Any = None, strict: bool | None = None,
@@ -129,14 +138,37 @@ class FaceRecognitionModule(pl.LightningModule):
     def forward(self, images: Tensor) -> Tensor:
         return self.embed(images)
 
+    def keep_start_weights(self) -> None:
+        """Remember the backbone's weights as loaded: model.l2sp_alpha pulls toward them."""
+        self.start_point = StartPoint(self.backbone)
+
+    def head_only(self) -> bool:
+        """Whether this step trains only the class centres and head (model.head_only_epochs): the backbone is
+        held as loaded, in eval mode, and embeds without a graph."""
+        return self.global_step < self._head_only_steps
+
     # -- training ------------------------------------------------------------------------------------
     def training_step(self, batch: tuple[Tensor, ...], batch_idx: int) -> Tensor | None:
         images, labels = batch[0], batch[1]
         if too_small_to_train(images):  # too few records left readable; counted by the DataModule
             return None
         margin_weight = self.margin_schedule.weight(self.global_step, self._margin_steps)
-        embeddings = self.embed(images)
+        if self.head_only():
+            self.backbone.eval()
+            with torch.no_grad():
+                embeddings = self.embed(images)
+        else:
+            if not self.backbone.training:  # the first step after the head-only phase
+                self.train()
+            embeddings = self.embed(images)
         out = self.classifier(embeddings, labels, margin_weight=margin_weight)
+        loss = out.loss
+        alpha = float(self.hparams.get("l2sp_alpha") or 0.0)
+        if alpha > 0 and not self.head_only():
+            penalty = self.start_point.penalty(self.backbone, alpha)
+            loss = loss + penalty
+            if self.logging_step:
+                self.log("train/l2sp_penalty", penalty.detach(), on_step=True)
         # Per-step values only on the steps the loggers write: each `self.log` costs Lightning about a
         # millisecond of Python, and a progress-bar value a host sync (the bar reads train/loss itself).
         if self.logging_step:
@@ -146,7 +178,7 @@ class FaceRecognitionModule(pl.LightningModule):
             if self.margin_schedule.kind != "none":
                 self.log("train/margin_weight", margin_weight, on_step=True)
         self.log_batch_stats(out, batch, embeddings)
-        return out.loss
+        return loss
 
     @property
     def logging_step(self) -> bool:
@@ -162,8 +194,16 @@ class FaceRecognitionModule(pl.LightningModule):
         optimizer.zero_grad(set_to_none=True)
 
     def on_fit_start(self) -> None:
-        """The margin schedule's length in this run's steps; an impossible one stops here, before the first step."""
-        self._margin_steps = self.margin_schedule.length(self.trainer.estimated_stepping_batches)
+        """The margin schedule's and the head-only phase's lengths in this run's steps; an impossible one stops
+        here, before the first step."""
+        total = self.trainer.estimated_stepping_batches
+        self._margin_steps = self.margin_schedule.length(total)
+        steps_per_epoch = self.trainer.num_training_batches / max(1, self.trainer.accumulate_grad_batches)
+        self._head_only_steps = head_only_steps(float(self.hparams.get("head_only_epochs") or 0.0), steps_per_epoch,
+                                                total)
+        if float(self.hparams.get("l2sp_alpha") or 0.0) > 0 and self.start_point is None:
+            raise ValueError(f"model.l2sp_alpha={self.hparams.l2sp_alpha:g} pulls the backbone toward the weights it "
+                             f"was loaded from, but none were loaded: give weights=<file> (or model.l2sp_alpha=0)")
 
     def on_before_optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
         """On logging steps: the gradient norms reaching the backbone and the class centres, before clipping (a
@@ -265,15 +305,17 @@ class FaceRecognitionModule(pl.LightningModule):
         self.freeze_backbone_bn()
 
     def param_groups(self) -> list[dict[str, Any]]:
-        """The backbone at optimizer.lr x backbone_lr_scale, everything else (class centres, head) at optimizer.lr."""
+        """The backbone at optimizer.lr x backbone_lr_scale, everything else (class centres, head) at optimizer.lr;
+        with L2-SP (model.l2sp_alpha) the backbone has no weight decay: the penalty pulls it toward its start."""
         scale = float(self.hparams.get("backbone_lr_scale", 1.0))
-        if scale == 1.0:
+        l2sp = float(self.hparams.get("l2sp_alpha") or 0.0) > 0
+        if scale == 1.0 and not l2sp:
             return [{"params": list(self.parameters())}]
         backbone = list(self.backbone.parameters())
         ids = {id(p) for p in backbone}
         rest = [p for p in self.parameters() if id(p) not in ids]
-        return [{"params": backbone, "lr": float(self.hparams.optimizer["lr"]) * scale, "name": "backbone"},
-                {"params": rest, "name": "centers_head"}]
+        group = {"params": backbone, "lr": float(self.hparams.optimizer["lr"]) * scale, "name": "backbone"}
+        return [group | ({"weight_decay": 0.0} if l2sp else {}), {"params": rest, "name": "centers_head"}]
 
     def configure_optimizers(self) -> Any:
         optimizer = instantiate(self.hparams.optimizer)(params=self.param_groups())

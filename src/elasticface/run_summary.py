@@ -18,6 +18,8 @@ log = logging.getLogger(__name__)
 
 
 BASELINES = ("pixel", "eigenface", "start")  # raw pixels, eigenfaces, the loaded weights before training
+#: what a fine-tune (weights=) did besides loading the file: the module's keys, recorded in summary.json
+FINETUNE_KEYS = ("imprint_centers", "head_only_epochs", "l2sp_alpha", "backbone_lr_scale", "freeze_backbone_bn")
 
 
 def make_summary(cfg: DictConfig, trainer: pl.Trainer, model: FaceRecognitionModule,
@@ -59,7 +61,16 @@ def make_summary(cfg: DictConfig, trainer: pl.Trainer, model: FaceRecognitionMod
         per_set = baselines.get(kind) or {}
         summary[f"baseline/{kind}_acc"] = sum(per_set.values()) / len(per_set) if per_set else None
         summary[f"baseline/{kind}_acc_per_set"] = per_set
+    summary["finetune"] = ({key: OmegaConf.select(cfg, f"model.{key}") for key in FINETUNE_KEYS}
+                           if cfg.get("weights") else None)
+    summary["change_from_weights"] = change_from_weights(summary["val/sets"], baselines.get("start") or {})
     return summary
+
+
+def change_from_weights(end: dict[str, float | None], start: dict[str, float]) -> dict[str, dict[str, float]]:
+    """Per set the loaded weights' accuracy before the first step, the final one, and the change (end - start)."""
+    return {name: {"start": start[name], "end": value, "change": value - start[name]}
+            for name, value in end.items() if value is not None and start.get(name) is not None}
 
 
 def _schedule_text(schedule: Any) -> str:
@@ -92,9 +103,11 @@ def format_summary(summary: dict[str, Any]) -> str:
         base = summary["baseline/pixel_acc_per_set"].get(name)
         eigen = summary.get("baseline/eigenface_acc_per_set", {}).get(name)
         start = summary.get("baseline/start_acc_per_set", {}).get(name)
+        change = (summary.get("change_from_weights") or {}).get(name)
         lines.append(f"   {name:<16} model {pct(value):>8}   raw-pixel baseline {pct(base):>8}"
                      + (f"   eigenfaces {pct(eigen):>8}" if eigen is not None else "")
-                     + (f"   loaded weights {pct(start):>8}" if start is not None else ""))
+                     + (f"   loaded weights {pct(start):>8}" if start is not None else "")
+                     + (f"   change {100 * change['change']:+.2f}" if change is not None else ""))
     lines.append(f"   {'mean':<16} model {pct(acc['final']):>8}   (best {pct(acc['best'])})   "
                  f"baseline {pct(summary['baseline/pixel_acc'])}")
     if acc["final"] is not None and summary["baseline/pixel_acc"] is not None:

@@ -28,6 +28,8 @@ from elasticface.checkpointing.loader_resume import ResumeLoaderState
 from elasticface.checkpointing.preemption import Preemption
 from elasticface.data.datamodule import FaceDataModule
 from elasticface.eval.baselines import eigenface_baseline, pixel_baseline, start_weights_baseline
+from elasticface.finetune.head_only import head_only_steps
+from elasticface.finetune.imprint import imprint_centers
 from elasticface.module import FaceRecognitionModule
 from elasticface.run_summary import format_summary, make_summary
 from elasticface.scale import CLASS_COUNT, check_scale, class_count_scale
@@ -135,20 +137,31 @@ def build_trainer(cfg: DictConfig) -> tuple[pl.Trainer, Throughput]:
 
 
 def start_backbone(cfg: DictConfig) -> tuple[torch.nn.Module | None, dict[str, Any] | None]:
-    """`weights=<file>`: the configured backbone, loaded from a released or exported state_dict, and what was
-    loaded (file, SHA-256, what was skipped). Built before any data is read, so a wrong file fails at once,
-    and under a forked random state, so the run's own draws (centres, head) match a run without weights."""
+    """`weights=<file>`: the backbone the file holds (its architecture and embedding size, unless the config chose
+    them: elasticface.finetune.architecture), loaded from it, and what was loaded (file, SHA-256, architecture, what
+    was skipped). Built before any data is read, so a wrong file fails at once, and under a forked random state, so
+    the run's own draws (centres, head) match a run without weights."""
     path = cfg.get("weights")
     if not path:
         return None, None
     from elasticface.backbones.weights import load_backbone_weights
+    from elasticface.finetune.architecture import fit_to_weights
 
+    state, architecture = fit_to_weights(cfg, str(path))
     with torch.random.fork_rng(devices=[]):
         backbone = instantiate(cfg.model.backbone)
-    report = load_backbone_weights(backbone, str(path), strict=bool(cfg.get("weights_strict", True)))
+    report = load_backbone_weights(backbone, str(path), strict=bool(cfg.get("weights_strict", True)), state=state)
     log.info("backbone %s starts from %s (sha256 %s, %d tensors%s)", cfg.model.backbone.get("name"), report.path,
              report.sha256[:12], report.loaded, "" if report.strict else ", non-strict")
-    return backbone, report.as_dict()
+    return backbone, report.as_dict() | architecture
+
+
+def check_head_only_phase(cfg: DictConfig) -> None:
+    """A head-only phase as long as an epoch-bounded run stops here, before any data is read; the module checks
+    it again in steps when fitting starts (a run bounded by trainer.max_steps)."""
+    epochs = OmegaConf.select(cfg, "model.head_only_epochs", default=0) or 0
+    if OmegaConf.select(cfg, "trainer.max_steps", default=-1) in (None, -1) and cfg.trainer.get("max_epochs"):
+        head_only_steps(float(epochs), 1, int(cfg.trainer.max_epochs), unit="epochs")
 
 
 def baseline_device(cfg: DictConfig) -> str:
@@ -188,12 +201,15 @@ def run(cfg: DictConfig) -> dict[str, Any]:
         return finished
 
     batch_scaling.apply(cfg)  # before anything reads optimizer.lr, the milestones or trainer.max_steps
+    check_head_only_phase(cfg)
     start, weights = start_backbone(cfg)
     datamodule: FaceDataModule = instantiate(cfg.data)
     datamodule.setup("fit")
     model = build_module(cfg, datamodule.num_classes)
     if start is not None:
         model.backbone.load_state_dict(start.state_dict())
+        if model.hparams.get("l2sp_alpha"):
+            model.keep_start_weights()
         del start
     trainer, throughput = build_trainer(cfg)
     params = hyperparameters(cfg, model.head.s)
@@ -213,6 +229,12 @@ def run(cfg: DictConfig) -> dict[str, Any]:
                               for name, pairs in datamodule.val_sets.items()}
     if baselines:
         log.info("baselines (%s) computed on global rank %d", ", ".join(baselines), trainer.global_rank)
+    if model.hparams.get("imprint_centers"):
+        started = time.perf_counter()
+        imprint_centers(model, datamodule.train_set, datamodule.val_batch_size, datamodule.image_size,
+                        baseline_device(cfg))
+        log.info("class centres imprinted: the mean of the backbone's embeddings of each of the %d classes (%.0f s)",
+                 datamodule.num_classes, time.perf_counter() - started)
 
     started = time.perf_counter()
     trainer.fit(model, datamodule=datamodule, ckpt_path=ckpt_path)

@@ -86,6 +86,8 @@ def register_config_code() -> None:
         "sweep_group": lambda: current_sweep_group(),
         "run_job_type": lambda *, _root_: group_choice(_root_, "head"),
         "run_tags": lambda *, _root_: run_tags(_root_),
+        # `${if_weights:A,B}`: A when weights= names a file to fine-tune from, B when training from scratch
+        "if_weights": lambda with_weights, without, *, _root_: with_weights if _root_.get("weights") else without,
     }
     for name, fn in resolvers.items():
         if not OmegaConf.has_resolver(name):

@@ -130,17 +130,17 @@ def test_set_name(test_folds: Sequence[int]) -> str:
     return f"lfw_folds{folds[0]}_{folds[-1]}"
 
 
-def parse_folds(text: str) -> list[int]:
-    """`10`, `6-10` or `1,3,5` -> the fold numbers (command-line form of `--test-fold`)."""
+def parse_folds(text: str, option: str = "--test-fold") -> list[int]:
+    """`10`, `6-10` or `1,3,5` -> the fold numbers (command-line form of `option`)."""
     try:
         folds = []
         for part in text.split(","):
             lo, _, hi = part.partition("-")
             folds += list(range(int(lo), int(hi or lo) + 1))
     except ValueError:
-        raise ValueError(f"--test-fold={text!r}: expected a fold (10), a range (6-10) or a list (1,3,5)") from None
+        raise ValueError(f"{option}={text!r}: expected a fold (10), a range (6-10) or a list (1,3,5)") from None
     if not folds or len(set(folds)) != len(folds):
-        raise ValueError(f"--test-fold={text!r}: expected distinct folds, at least one")
+        raise ValueError(f"{option}={text!r}: expected distinct folds, at least one")
     return folds
 
 

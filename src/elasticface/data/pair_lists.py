@@ -32,7 +32,7 @@ from __future__ import annotations
 import os
 import re
 
-__all__ = ["read_pair_list"]
+__all__ = ["cfp_folds", "read_pair_list"]
 
 _HEADER = re.compile(r"^\s*(\d+)(?:\s+(\d+))?\s*$")
 _SUFFIXES = (".jpg", ".png", ".jpeg")
@@ -171,7 +171,10 @@ def _cfp_photos(list_file: str, protocol: str, image_root: str) -> dict[int, str
     return photos
 
 
-def _cfp(split_dir: str, image_root: str, lost: list[str]) -> tuple[list[str], list[bool]]:
+def cfp_folds(split_dir: str, image_root: str, lost: list[str]) -> list[list[tuple[str, str, bool]]]:
+    """CFP's protocol folder (``Protocol/Split/FP`` or ``FF``) as its folds: per fold its same pairs, then its
+    different pairs, each ``(photo1, photo2, same)`` with the photos under ``image_root``. A pair whose photo is
+    not there is left out and the list's line naming it appended to ``lost``."""
     protocol = os.path.normpath(os.path.join(split_dir, "..", ".."))
     frontal_list = os.path.join(protocol, "Pair_list_F.txt")
     frontal = _cfp_photos(frontal_list, protocol, image_root)
@@ -181,9 +184,10 @@ def _cfp(split_dir: str, image_root: str, lost: list[str]) -> tuple[list[str], l
     folds = sorted(d for d in os.listdir(split_dir) if d.isdigit())
     if folds != [f"{i:02d}" for i in range(1, len(folds) + 1)]:
         raise ValueError(f"{split_dir}: expected fold folders 01, 02, ... (CFP has 01 to 10), found {folds}")
-    paths: list[str] = []
-    issame: list[bool] = []
+    out: list[list[tuple[str, str, bool]]] = []
     for fold in folds:
+        paths: list[str] = []
+        issame: list[bool] = []
         for kind, same in (("same.txt", True), ("diff.txt", False)):
             list_path = os.path.join(split_dir, fold, kind)
             if not os.path.isfile(list_path):
@@ -199,6 +203,12 @@ def _cfp(split_dir: str, image_root: str, lost: list[str]) -> tuple[list[str], l
                 _pair(lost, paths, issame, [_existing(table[index]) for index, table, _ in sides],
                       [f"{list_path}:{lineno}: photo {table[index]} not found (image root {image_root}, in the "
                        f"layout of CFP's Data/Images)" for index, table, _ in sides], same)
-    if not issame and not lost:
+        out.append([(paths[2 * i], paths[2 * i + 1], same) for i, same in enumerate(issame)])
+    return out
+
+
+def _cfp(split_dir: str, image_root: str, lost: list[str]) -> tuple[list[str], list[bool]]:
+    pairs = [pair for fold in cfp_folds(split_dir, image_root, lost) for pair in fold]
+    if not pairs and not lost:
         raise ValueError(f"{split_dir}: the CFP split lists no pairs")
-    return paths, issame
+    return [path for a, b, _ in pairs for path in (a, b)], [same for _, _, same in pairs]

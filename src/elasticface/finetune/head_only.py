@@ -1,0 +1,19 @@
+"""A head-only phase before the backbone moves (Kumar et al., "Fine-Tuning can Distort Pretrained Features and
+Underperform Out-of-Distribution", 2022: linear probing, then fine-tuning): for `model.head_only_epochs` the class
+centres and head train against the loaded backbone held fixed (eval mode, no graph), then everything trains, so
+the backbone's first gradients come from centres that already fit its embeddings rather than from random ones."""
+
+from __future__ import annotations
+
+KEY = "model.head_only_epochs"
+
+
+def head_only_steps(epochs: float, steps_per_epoch: float, run: int, unit: str = "steps") -> int:
+    """The phase's length in the run's units (`round(epochs * steps_per_epoch)`); a phase as long as the run or
+    longer is an error naming the key (the backbone would never train)."""
+    phase = round(epochs * steps_per_epoch)
+    if epochs > 0 and phase >= run:
+        raise ValueError(f"{KEY}={epochs:g}: the head-only phase ({phase} {unit}) is not shorter than the run ({run} "
+                         f"{unit}), so the backbone would never train (model.backbone_lr_scale=0 keeps it fixed on "
+                         f"purpose)")
+    return phase
