@@ -1,0 +1,261 @@
+"""What weights= does to a training run: the file's architecture, imprinted centres, the head-only phase, L2-SP,
+the recipe's defaults and the summary's per-set change, and each bad input's one-line error.
+
+Weights files are written in the released layouts (tests/helpers/insightface_layout.py; MXNet's own y1 files in
+tests/data/mxnet), never by saving this project's models; oracles are computed here without the code under test.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from omegaconf import OmegaConf
+
+from elasticface.backbones.weights import WeightsError
+
+sys.path.insert(0, str(Path(__file__).parent))
+from helpers.images import smooth_jpeg  # noqa: E402
+from helpers.insightface_layout import TINY, iresnet_layout, released_state_dict  # noqa: E402
+
+Y1_PARAMS = Path(__file__).parent / "data" / "mxnet" / "y1" / "model-0000.params"
+QUICK = ["trainer.max_epochs=1", "trainer.limit_train_batches=1", "logger=[]", "pixel_baseline=false",
+         "data.val_sets.num_pairs=10", "data.batch_size=4"]
+
+
+def _tiny_file(tmp_path: Path, seed: int = 5) -> str:
+    path = tmp_path / "tiny32.pth"
+    torch.save(released_state_dict(iresnet_layout(embedding_size=32, **TINY), seed), path)
+    return str(path)
+
+
+# -- item 0: the file says its architecture ----------------------------------------------------------------------
+
+
+def test_weights_alone_builds_the_backbone_and_embedding_the_file_holds(tiny_cfg, caplog):
+    """y1's MXNet files (128-d MobileFaceNet) into a run whose config says iresnet_tiny and 32-d: the file wins."""
+    from elasticface.training import run
+
+    cfg = tiny_cfg(f"weights={Y1_PARAMS}", *QUICK)
+    assert cfg.model.backbone.name == "iresnet_tiny" and cfg.model.embedding_size == 32
+    with caplog.at_level("INFO"):
+        summary = run(cfg)
+    assert summary["weights"]["backbone"] == "mobilefacenet_y1" and summary["weights"]["embedding_size"] == 128
+    assert summary["weights"]["read_off_the_file"] == ["backbone", "embedding_size"]
+    lines = [r.getMessage() for r in caplog.records if "read off its tensors" in r.getMessage()]
+    assert len(lines) == 1 and "mobilefacenet_y1 with a 128-d embedding" in lines[0]
+    saved = json.loads((Path(cfg.paths.output_dir) / "summary.json").read_text())
+    assert saved["weights"]["backbone"] == "mobilefacenet_y1"
+    ckpt = torch.load(summary["last_checkpoint"], map_location="cpu", weights_only=False)
+    assert ckpt["hyper_parameters"]["backbone"]["name"] == "mobilefacenet_y1"
+    assert ckpt["hyper_parameters"]["embedding_size"] == 128
+
+
+def test_named_backbone_keeps_its_name_and_takes_the_files_embedding_size(tiny_cfg):
+    from elasticface.finetune.architecture import fit_to_weights
+
+    cfg = tiny_cfg(f"weights={Y1_PARAMS}", "backbone=mobilefacenet_y1")
+    _, used = fit_to_weights(cfg, str(Y1_PARAMS))
+    assert used == {"backbone": "mobilefacenet_y1", "embedding_size": 128, "read_off_the_file": ["embedding_size"]}
+
+
+def test_named_backbone_that_disagrees_with_the_file_is_refused_before_data(tiny_cfg, tmp_path):
+    from elasticface.training import run
+
+    cfg = tiny_cfg("backbone=tiny", f"weights={Y1_PARAMS}", "data=folder", f"data.root={tmp_path / 'no_such'}")
+    with pytest.raises(WeightsError, match=r"model-0000.params: does not fit iresnet_tiny .* looks like "
+                                           r"mobilefacenet_y1") as err:
+        run(cfg)
+    assert "\n" not in str(err.value)
+
+
+def test_embedding_size_on_the_command_line_that_differs_from_the_file_is_refused(tiny_cfg, tmp_path):
+    from elasticface.training import run
+
+    cfg = tiny_cfg(f"weights={Y1_PARAMS}", "model.embedding_size=512", "data=folder",
+                   f"data.root={tmp_path / 'no_such'}")
+    with pytest.raises(WeightsError, match=r"holds a 128-d embedding .* model.embedding_size=512"):
+        run(cfg)
+
+
+# -- the recipe's defaults ---------------------------------------------------------------------------------------
+
+
+def test_recipe_applies_with_weights_only_and_each_part_switches_off(tiny_cfg, tmp_path):
+    keys = ("imprint_centers", "head_only_epochs", "l2sp_alpha", "backbone_lr_scale", "freeze_backbone_bn")
+    unresolved = OmegaConf.to_container(tiny_cfg().model, resolve=False)
+    assert all(str(unresolved[k]).startswith("${if_weights:") for k in keys), "visible in --cfg job"
+    scratch = tiny_cfg().model
+    assert [scratch[k] for k in keys] == [False, 0, 0.0, 1.0, False]
+    recipe = tiny_cfg(f"weights={_tiny_file(tmp_path)}").model
+    for key in keys:  # the first argument of ${if_weights:A,B}
+        with_weights = unresolved[key].split(":", 1)[1].split(",")[0]
+        assert str(recipe[key]).lower() == with_weights.lower(), key
+    off = tiny_cfg(f"weights={_tiny_file(tmp_path)}", "model.imprint_centers=false", "model.head_only_epochs=0",
+                   "model.l2sp_alpha=0", "model.backbone_lr_scale=1", "model.freeze_backbone_bn=false").model
+    assert [off[k] for k in keys] == [False, 0, 0, 1, False]
+
+
+# -- imprinting ----------------------------------------------------------------------------------------------------
+
+
+def test_imprinted_centres_are_the_class_means_of_the_loaded_backbone(tiny_cfg):
+    """Oracle: each face embedded on its own, in float64, grouped by label with numpy."""
+    from hydra.utils import instantiate
+
+    from elasticface.finetune.imprint import imprint_centers
+    from elasticface.training import build_module
+
+    cfg = tiny_cfg()
+    data = instantiate(cfg.data)
+    data.setup("fit")
+    model = build_module(cfg, data.num_classes)
+    model.backbone.train()
+    means = imprint_centers(model, data.train_set, batch_size=5)
+    assert model.backbone.training, "the backbone's mode is restored"
+    model.backbone.eval()
+    rows, labels = [], []
+    with torch.no_grad():
+        for i in range(len(data.train_set)):
+            image, label = data.train_set[i]
+            x = (image[None].double() / 255 - 0.5) / 0.5
+            rows.append(model.backbone.double()(x)[0].numpy())
+            labels.append(label)
+    rows = np.stack(rows)
+    rows /= np.linalg.norm(rows, axis=1, keepdims=True)
+    expected = np.stack([rows[np.asarray(labels) == c].mean(0) for c in range(data.num_classes)])
+    expected /= np.linalg.norm(expected, axis=1, keepdims=True)
+    np.testing.assert_allclose(model.centers.weight.detach().numpy(), expected, atol=2e-5)
+    np.testing.assert_allclose(means.numpy(), expected, atol=2e-5)
+
+
+def test_imprinting_a_class_without_a_training_image_is_refused(tmp_path):
+    from elasticface.data.folder import ImageFolderFaces
+    from elasticface.finetune.imprint import class_means
+
+    for who, n in (("a", 2), ("b", 0), ("c", 1)):
+        (tmp_path / who).mkdir()
+        for k in range(n):
+            (tmp_path / who / f"{k}.jpg").write_bytes(smooth_jpeg(10 * ord(who) + k))
+    faces = ImageFolderFaces(str(tmp_path))
+    with pytest.raises(ValueError, match=r"^model.imprint_centers=true: class 1 \(b\) has no training image") as err:
+        class_means(torch.nn.Flatten(), faces, faces.num_classes)
+    assert "\n" not in str(err.value)
+
+
+# -- L2-SP -----------------------------------------------------------------------------------------------------------
+
+
+def test_l2sp_adds_alpha_times_the_distance_to_the_start_to_the_backbones_gradient(tiny_cfg, tmp_path):
+    from elasticface.training import build_module
+
+    alpha = 0.3
+    model = build_module(tiny_cfg(f"weights={_tiny_file(tmp_path)}", f"model.l2sp_alpha={alpha}"), num_classes=8)
+    model.keep_start_weights()
+    start = {n: p.detach().clone() for n, p in model.backbone.named_parameters()}
+    with torch.no_grad():
+        for p in model.backbone.parameters():
+            p.add_(torch.randn_like(p) * 0.01)
+    model.backbone.zero_grad()
+    model.start_point.penalty(model.backbone, alpha).backward()
+    trained = [(n, p) for n, p in model.backbone.named_parameters() if p.requires_grad]  # not the fixed BN scale
+    for name, p in trained:
+        torch.testing.assert_close(p.grad, alpha * (p.detach() - start[name]), rtol=1e-5, atol=1e-7)
+    expected = 0.5 * alpha * sum(float(((p.detach().double() - start[n].double()) ** 2).sum()) for n, p in trained)
+    assert float(model.start_point.penalty(model.backbone, alpha)) == pytest.approx(expected, rel=1e-5)
+    groups = model.param_groups()
+    assert groups[0]["name"] == "backbone" and groups[0]["weight_decay"] == 0.0, "L2-SP replaces weight decay"
+    assert "weight_decay" not in groups[1], "the centres keep the optimizer's"
+    assert "w0" not in "".join(model.state_dict()), "the start weights are not saved in checkpoints"
+
+
+def test_l2sp_without_weights_is_refused_before_data(tiny_cfg):
+    from elasticface.utils.config import validate_top_level
+
+    with pytest.raises(ValueError, match=r"^model.l2sp_alpha=0.01 pulls the backbone toward the weights .* no "
+                                         r"weights= names the file"):
+        validate_top_level(tiny_cfg("model.l2sp_alpha=0.01"))
+
+
+# -- the head-only phase ----------------------------------------------------------------------------------------
+
+
+def test_head_only_phase_holds_the_backbone_as_loaded_then_trains_it(tiny_cfg, tmp_path):
+    """8 x 6 faces in batches of 16: 3 steps an epoch; the first epoch trains the centres only (the step-2
+    checkpoint's backbone, BatchNorm statistics included, is the file's), the second the backbone too."""
+    from elasticface.training import run
+
+    path = _tiny_file(tmp_path)
+    cfg = tiny_cfg(f"weights={path}", "model.head_only_epochs=1", "model.freeze_backbone_bn=false",
+                   "trainer.max_epochs=2", "logger=[]", "pixel_baseline=false", "checkpoint.every_n_steps=2")
+    summary = run(cfg)
+    released = torch.load(path, weights_only=True)
+    checkpoints = Path(summary["last_checkpoint"]).parent
+    during = torch.load(next(checkpoints.glob("*step*2.ckpt")), map_location="cpu", weights_only=False)
+    after = torch.load(summary["last_checkpoint"], map_location="cpu", weights_only=False)
+    assert during["global_step"] == 2 and after["global_step"] == 6
+    for key, value in released.items():
+        assert torch.equal(during["state_dict"]["backbone." + key], value), key
+    assert not torch.equal(during["state_dict"]["classifier.centers.weight"],
+                           after["state_dict"]["classifier.centers.weight"])
+    moved = [k for k, v in released.items() if not torch.equal(after["state_dict"]["backbone." + k], v)]
+    assert any(k.endswith("running_mean") for k in moved) and any(k.endswith("conv1.weight") for k in moved)
+
+
+def test_head_only_step_leaves_the_backbone_without_gradients(tiny_cfg, tmp_path):
+    from elasticface.training import build_module
+
+    model = build_module(tiny_cfg(f"weights={_tiny_file(tmp_path)}", "model.head_only_epochs=1"), num_classes=8)
+    model._head_only_steps = 1
+    images = torch.rand(4, 3, 112, 112) * 2 - 1
+    loss = model.training_step((images, torch.tensor([0, 1, 2, 3])), 0)
+    loss.backward()
+    assert not model.backbone.training
+    assert all(p.grad is None for p in model.backbone.parameters())
+    assert model.centers.weight.grad is not None and model.centers.weight.grad.abs().sum() > 0
+
+
+@pytest.mark.parametrize("bound, message", [
+    ("trainer.max_epochs=2", r"model.head_only_epochs=2: the head-only phase \(2 epochs\) is not shorter than the "
+                             r"run \(2 epochs\)"),
+])
+def test_head_only_phase_as_long_as_the_run_is_refused_before_data(tiny_cfg, tmp_path, bound, message):
+    from elasticface.training import run
+
+    cfg = tiny_cfg(f"weights={_tiny_file(tmp_path)}", "model.head_only_epochs=2", bound, "data=folder",
+                   f"data.root={tmp_path / 'no_such'}")
+    with pytest.raises(ValueError, match="^" + message):
+        run(cfg)
+
+
+def test_head_only_phase_longer_than_a_step_bounded_run_is_refused_before_the_first_step(tiny_cfg, tmp_path):
+    from elasticface.training import run
+
+    cfg = tiny_cfg(f"weights={_tiny_file(tmp_path)}", "model.head_only_epochs=1", "trainer.max_steps=2",
+                   "logger=[]", "pixel_baseline=false")
+    with pytest.raises(ValueError, match=r"^model.head_only_epochs=1: the head-only phase \(3 steps\) is not shorter "
+                                         r"than the run \(2 steps\)"):
+        run(cfg)
+
+
+# -- the summary -------------------------------------------------------------------------------------------------
+
+
+def test_summary_gives_start_end_and_change_per_set():
+    from elasticface.run_summary import change_from_weights, format_summary
+
+    changes = change_from_weights({"cfp_fp": 0.93, "lfw": 0.994, "new": 0.5}, {"cfp_fp": 0.89, "lfw": 0.995})
+    assert changes["cfp_fp"] == {"start": 0.89, "end": 0.93, "change": pytest.approx(0.04)}
+    assert changes["lfw"]["change"] == pytest.approx(-0.001) and "new" not in changes
+    summary = {"val/acc_mean": {"best": 0.962, "final": 0.962}, "val/sets": {"cfp_fp": 0.93, "lfw": 0.994},
+               "s": 64.0, "m": 0.5, "sigma": 0.05, "seed": 1, "head": "elastic_arc", "backbone": "tiny",
+               "data": "folder_bin", "global_step": 10, "train_seconds": 1.0, "images_per_second": 1.0,
+               "baseline/pixel_acc": None, "baseline/pixel_acc_per_set": {}, "baseline/start_acc": 0.9425,
+               "baseline/start_acc_per_set": {"cfp_fp": 0.89, "lfw": 0.995}, "change_from_weights": changes,
+               "output_dir": "out"}
+    text = format_summary(summary)
+    assert "loaded weights   89.00%   change +4.00" in text and "loaded weights   99.50%   change -0.10" in text
