@@ -220,3 +220,26 @@ def test_a_table_of_remedies_pairs_each_with_arcface_under_none(tmp_path):
     # (86 - 76, 87 - 78) = (+10, +9): mean +9.50, std 0.71, t(1) 12.706 x 0.71 / sqrt(2) = 6.35
     assert "| +9.50 ± 0.71 [±6.35], n=2 * |" in markdown
     assert "lfw_row" not in markdown
+
+
+def test_a_sweep_of_fine_tunes_pairs_each_row_with_plain_fine_tuning_set_by_set(tmp_path):
+    """Runs with weights= (summary.json's `finetune`): per set the mean ± std, its change from the loaded weights,
+    and the difference to the row with every part of the recipe off at the same seed."""
+    plain = {"imprint_centers": False, "head_only_epochs": 0, "l2sp_alpha": 0.0, "backbone_lr_scale": 1.0,
+             "freeze_backbone_bn": False}
+    runs = {("plain", 1): (0.90, 0.995), ("plain", 2): (0.91, 0.994), ("plain", 3): (0.92, 0.993),
+            ("imprint", 1): (0.93, 0.995), ("imprint", 2): (0.95, 0.995), ("imprint", 3): (0.94, 0.995)}
+    for (row, seed), (fp, lfw) in runs.items():
+        job = write_job(tmp_path, f"{row}_{seed}", "elastic_arc", 0.5, 0.05, {"cfp_fp": fp, "lfw": lfw}, seed=seed)
+        summary = json.loads((job / "summary.json").read_text())
+        summary["choices"] = {"head": "elastic_arc", "finetune_row": row}
+        summary["finetune"] = plain | ({"imprint_centers": True} if row == "imprint" else {})
+        summary["baseline/start_acc_per_set"] = {"cfp_fp": 0.895, "lfw": 0.9945}
+        (job / "summary.json").write_text(json.dumps(summary))
+    markdown = to_markdown(build_report(read_sweep(tmp_path)))
+    assert "| row | seeds | cfp_fp | cfp_fp − plain | lfw | lfw − plain |" in markdown
+    # imprint - plain: cfp_fp (+3, +4, +2): mean +3.00, std 1.00, t(2) 4.303 x 1.00 / sqrt(3) = 2.48
+    assert ("| ElasticFace-Arc m=0.5 σ=0.05 finetune_row=imprint | 1 2 3 | 94.00 ± 1.00 (+4.50) | "
+            "+3.00 ± 1.00 [±2.48], n=3 * | 99.50 ± 0.00 (+0.05) | +0.10 ± 0.10 [±0.25], n=3 |") in markdown
+    assert "| ElasticFace-Arc m=0.5 σ=0.05 finetune_row=plain | 1 2 3 | 91.00 ± 1.00 (+1.50) | — |" in markdown
+    assert "| loaded weights, before the first step |  | 89.50 |  | 99.45 |  |" in markdown

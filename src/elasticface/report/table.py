@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from elasticface.report.borda import borda
+from elasticface.report.finetune import finetune_table
 from elasticface.report.seeds import seed_table
 from elasticface.report.sweep import Sweep
 
@@ -208,6 +209,9 @@ def to_markdown(report: Report) -> str:
         lines.append("No finished job yet (no summary.json).")
     if any(len(r.runs) > 1 for r in report.rows):
         lines += ["", "By seed:", ""] + seed_table(report.rows, report.varying)
+    tuned = finetune_table(report.rows, report.benchmarks, report.varying)
+    if tuned:
+        lines += ["", "Fine-tuning, set by set:", ""] + tuned
     if report.notes:
         lines += ["", "Not distinguishable by the seeds:"] + [f"- {n}" for n in report.notes]
     if report.unfinished:
