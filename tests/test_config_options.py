@@ -44,7 +44,14 @@ NEEDS_PHOTOS = {("experiment", "lfw_fold10"): ["data.root={base}/data/lfw_split"
                 ("hparams_search", "lfw_fold10_remedies"): ["data.root={base}/data/lfw_split"],
                 ("hparams_search", "lfw_folds6_10"): ["data.root={base}/data/lfw_split_6_10"],
                 ("experiment", "lfw_y1_finetune"): ["data.root={base}/data/lfw_split",
-                                                    "weights={base}/model-y1-test2/model-0000.params"]}
+                                                    "weights={base}/model-y1-test2/model-0000.params"],
+                ("experiment", "cfp_finetune"): ["data.root={base}/data/cfp_split",
+                                                 "weights={base}/model-y1-test2/model-0000.params"],
+                ("hparams_search", "cfp_finetune"): ["data.root={base}/data/cfp_split",
+                                                     "weights={base}/model-y1-test2/model-0000.params"]}
+#: a row of the fine-tuning table: the CFP split and y1's files (tests/test_finetune.py trains each part)
+NEEDS_PHOTOS |= {("finetune_row", row): ["experiment=cfp_finetune", *NEEDS_PHOTOS["experiment", "cfp_finetune"]]
+                 for row in ("plain", "imprint", "head_only", "lr_scale", "frozen_bn", "l2sp")}
 
 
 def options() -> list[tuple[str, str]]:

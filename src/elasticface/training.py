@@ -223,7 +223,8 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     if rank_zero and cfg.get("eigenface_baseline") and datamodule.val_sets:
         baselines["eigenface"] = {name: eigenface_baseline(datamodule.train_set, pairs)
                                   for name, pairs in datamodule.val_sets.items()}
-    if rank_zero and weights is not None and datamodule.val_sets:  # a fine-tune: where it starts, on its own pairs
+    if rank_zero and weights is not None and cfg.get("start_baseline", True) and datamodule.val_sets:
+        # a fine-tune: where it starts, on its own pairs
         device = baseline_device(cfg)
         baselines["start"] = {name: start_weights_baseline(model.backbone, pairs, model.hparams.val_flip, device)
                               for name, pairs in datamodule.val_sets.items()}
