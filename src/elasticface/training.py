@@ -230,7 +230,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
                               for name, pairs in datamodule.val_sets.items()}
     if baselines:
         log.info("baselines (%s) computed on global rank %d", ", ".join(baselines), trainer.global_rank)
-    if model.hparams.get("imprint_centers"):
+    if model.hparams.get("imprint_centers") and ckpt_path is None:  # a resumed run's centres come from its checkpoint
         started = time.perf_counter()
         imprint_centers(model, datamodule.train_set, datamodule.val_batch_size, datamodule.image_size,
                         baseline_device(cfg))
