@@ -60,8 +60,9 @@ SKIP = {
 #: Their readers are tested on files in the same layouts (tests/test_lfw_pairs.py, tests/test_mxnet_zoo.py,
 #: tests/test_lfw_split.py); the commands on them are classified here and skipped, naming the data.
 FETCHED_DATA = ("lfw/", "lfw_aligned/", "cfp-dataset/", "LFW_PHOTOS", "data.val_root=bins",
-                # the LFW split made from those photos, and the benchmark's sweep folder trained on it
-                "lfw_split", "logs/lfw_fold10/", "logs/lfw_folds6_10/")
+                # the LFW and CFP splits made from those photos, and the benchmarks' sweep folders trained on them
+                "lfw_split", "logs/lfw_fold10/", "logs/lfw_folds6_10/", "cfp_aligned/", "cfp_split",
+                "logs/cfp_finetune/")
 #: insightface's y1 as its zip unpacks: the test puts there the small y1 that MXNet itself wrote (tests/data/mxnet)
 Y1_DIR = "model-y1-test2"
 #: overrides that mean a command needs a GPU, a cluster or data that cannot exist here: composed with --cfg job
