@@ -46,6 +46,7 @@ def test_weights_alone_builds_the_backbone_and_embedding_the_file_holds(tiny_cfg
         summary = run(cfg)
     assert summary["weights"]["backbone"] == "mobilefacenet_y1" and summary["weights"]["embedding_size"] == 128
     assert summary["weights"]["read_off_the_file"] == ["backbone", "embedding_size"]
+    assert summary["backbone"] == "mobilefacenet_y1", "the summary names the backbone that trained"
     lines = [r.getMessage() for r in caplog.records if "read off its tensors" in r.getMessage()]
     assert len(lines) == 1 and "mobilefacenet_y1 with a 128-d embedding" in lines[0]
     saved = json.loads((Path(cfg.paths.output_dir) / "summary.json").read_text())

@@ -251,6 +251,8 @@ def run(cfg: DictConfig) -> dict[str, Any]:
 
     summary = make_summary(cfg, trainer, model, baselines, train_seconds, throughput, params)
     summary["weights"] = weights  # the file the backbone started from, with its SHA-256 (None: random init)
+    if weights and "backbone" in weights["read_off_the_file"]:
+        summary["backbone"] = weights["backbone"]  # the file's architecture, not the config's default option
     if trainer.is_global_zero:
         (output_dir / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
         log.info(format_summary(summary))
