@@ -192,8 +192,10 @@ def test_head_only_phase_holds_the_backbone_as_loaded_then_trains_it(tiny_cfg, t
 
     path = _tiny_file(tmp_path)
     cfg = tiny_cfg(f"weights={path}", "model.head_only_epochs=1", "model.freeze_backbone_bn=false",
-                   "trainer.max_epochs=2", "logger=[]", "pixel_baseline=false", "checkpoint.every_n_steps=2")
+                   "trainer.max_epochs=2", "logger=[]", "pixel_baseline=false", "checkpoint.every_n_steps=2",
+                   "start_baseline=false")
     summary = run(cfg)
+    assert summary["baseline/start_acc"] is None and summary["change_from_weights"] == {}, "start_baseline=false"
     released = torch.load(path, weights_only=True)
     checkpoints = Path(summary["last_checkpoint"]).parent
     during = torch.load(next(checkpoints.glob("*step*2.ckpt")), map_location="cpu", weights_only=False)
