@@ -24,6 +24,7 @@ def test_run_writes_summary_and_checkpoints(tiny_cfg, tmp_path):
         assert saved[key] is not None, key
     assert (saved["m"], saved["sigma"]) == (0.5, 0.0175) and saved["s"] == pytest.approx(S_8_CLASSES, rel=1e-12)
     assert saved["compile"] is False and saved["compiled"] is False  # debug=tiny trains eagerly
+    assert saved["compiled_steps"] == {"compiled": 0, "eager": 0}  # nothing compiled to count
     acc_mean = saved["val/acc_mean"]
     assert 0.0 <= acc_mean["best"] <= 1.0 and acc_mean["best"] >= acc_mean["final"]
     assert saved["images_per_second"] > 0
