@@ -7,11 +7,12 @@ data=recordio` on a RecordIO written on the machine by `elasticface-convert`, va
 The faces are bench_data.py's smooth random 112x112 JPEGs, one folder per identity (16 images each by default),
 turned into train.rec/.idx/property by `elasticface-convert folder2rec`. A verification set of other identities
 goes beside them as val.bin (`elasticface-convert pairs2bin`), which data=recordio finds there. The suite row to
-compare with has the same backbone, batch and class count (`gpu_suite.sh --full-classes <identities>`). train.py runs as typed,
-plus the batch, the epochs and the run folder. From its summary.json: images/s (the first step, compilation and
-autotuning, apart), each epoch's images/s, whether every training step ran the compiled backbone (counted), and
-the ratio to the suite row's images/s. Goals (issue 61): >= 0.9x the row, every epoch after the first within 5% of
-the others (a run that falls back to eager after its first validation shows here).
+compare with has the same backbone, batch and class count (`gpu_suite.sh --full-classes <identities>`). train.py
+runs as typed, plus the batch, the epochs, a checkpoint each epoch and the run folder. From its summary.json:
+images/s (the first step, compilation and autotuning, apart), each epoch's images/s, whether every training step
+ran the compiled backbone (counted), and the ratio to the suite row's images/s. Goals (issue 61): >= 0.9x the
+row, every epoch after the first within 5% of the others (a run that falls back to eager after its first
+validation shows here).
 """
 
 from __future__ import annotations

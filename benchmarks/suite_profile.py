@@ -70,7 +70,8 @@ def busy_us(intervals: list[tuple[float, float]]) -> float:
 
 def python_frame(event) -> bool:
     """A Python function event of the profiler's Python tracer ("file.py(line): function", "<built-in ...>")."""
-    return bool(getattr(event, "is_python_function", False)) or "): " in event.name or event.name.startswith("<built-in")
+    name = event.name
+    return bool(getattr(event, "is_python_function", False)) or "): " in name or name.startswith("<built-in")
 
 
 def wait_site(event) -> str:

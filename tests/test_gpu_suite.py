@@ -289,3 +289,21 @@ def test_the_profiler_names_where_the_host_waits_and_leaves_annotation_ranges_ou
     # the device's busy time is the union of its kernels' intervals (streams overlap)
     assert busy_us([(20.0, 25.0), (0.0, 10.0), (5.0, 15.0), (6.0, 7.0)]) == 20.0
 
+
+
+@pytest.mark.slow  # the prepared GPU call at tiny sizes: the suite at the run's class count, then train.py as typed
+def test_the_prepared_gpu_call_measures_the_path_users_run_against_the_suite_row(tmp_path):
+    out = tmp_path / "out"
+    env = {**os.environ, "PYTHON": sys.executable, "TINY": "1", "PARTS": "suite_train_size train_path"}
+    proc = subprocess.run(["bash", str(ROOT / "benchmarks" / "gpu_call.sh"), str(out), "", "1200"], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=1200, env=env)
+    assert proc.returncode == 0 and "== train_path: exit 0" in proc.stdout, proc.stdout[-3000:] + proc.stderr[-2000:]
+    path = json.loads((out / "train_path.json").read_text())
+    # 3 epochs of 4 steps, each validated and checkpointed; every step through the compiled graph
+    assert path["compiled"] is True and path["compiled_steps"] == {"compiled": 12, "eager": 0}
+    assert len(path["images_per_second_per_epoch"]) == 3 and path["first_step_seconds"] > 0
+    assert {"step0000004.ckpt", "step0000008.ckpt", "step0000012.ckpt"} <= set(path["checkpoints"])
+    assert path["ratio"] == pytest.approx(path["images_per_second"] / path["suite_images_per_second"])
+    assert path["command"].startswith("python train.py trainer=cpu backbone=tiny data=recordio data.root=")
+    assert re.search(r"^  against the suite's row \([\d,.]+ images/s\): [\d.]+x (yes|NO)", proc.stdout, re.M)
+    assert (out / "jobs.tar.gz").is_file() and (out / "suite_train_size.json").is_file()
