@@ -5,7 +5,7 @@
 #   2. iresnet100 batch 256, both class layers, both sides, each in its own process, with their profiles
 #   3. the path users run (gpu_train_path.py) against the suite's row at its own class count
 #   4. the gpu-marked tests
-#   5. the speed rows (compiled NHWC against NCHW, the class layer's paths), if time is left
+#   5. the speed rows, if time is left: the class layer's paths at both layers, then compiled NHWC against NCHW
 #
 #   bash benchmarks/gpu_call.sh OUT_DIR [ARCFACE_TORCH_DIR] [SECONDS]        (a GPU; SECONDS default 540)
 #   PARTS="suite gpu_tests" bash benchmarks/gpu_call.sh ...                  (only those parts, in this order)
@@ -25,7 +25,7 @@ START=$SECONDS
 
 # part NAME SECONDS_IT_NEEDS COMMAND...: runs COMMAND (output to OUT/NAME.log and the console) if that many
 # seconds are left of the budget, else says it was left out
-PARTS=${PARTS:-probe suite suite_train_size train_path gpu_tests speed}
+PARTS=${PARTS:-probe suite suite_train_size train_path gpu_tests speed_class_layer speed_channels_last}
 part() {
     local name=$1 needs=$2
     shift 2
@@ -67,8 +67,14 @@ if [ -z "${TINY:-}" ]; then
     part gpu_tests 45 "$PYTHON" -m pytest -m gpu -q -p no:cacheprovider "$ROOT/tests/test_align_detector.py" \
         "$ROOT/tests/test_recordio.py"
 fi
-part speed 200 bash "$ROOT/benchmarks/gpu_suite.sh" "${SIZE[@]}" --parts speed --speed-layers full \
-    --settings "channels_last,dense class layer" --json "$OUT/speed.json" --keep "$JOBS/speed"
+# the class layer's launches: Partial FC's 200,000 sampled rows are 25 chunks of 8,192 (a CPU's measured size),
+# each a few small kernels the host may launch slower than the GPU runs them; the dense path is one product
+part speed_class_layer 150 bash "$ROOT/benchmarks/gpu_suite.sh" "${SIZE[@]}" --parts speed --speed-layers full,pfc \
+    --settings "dense class layer,chunk_size 32768" --json "$OUT/speed_class_layer.json" \
+    --keep "$JOBS/speed_class_layer"
+# compiled NHWC against compiled NCHW: a graph of its own, compiled from nothing (minutes)
+part speed_channels_last 200 bash "$ROOT/benchmarks/gpu_suite.sh" "${SIZE[@]}" --parts speed --speed-layers full \
+    --settings channels_last --json "$OUT/speed_channels_last.json" --keep "$JOBS/speed_channels_last"
 tar -czf "$OUT/jobs.tar.gz" -C "$JOBS" --exclude='*.ckpt' --exclude='*.rec' --exclude='faces' \
     --exclude='val_faces' --exclude='*.bin' . 2>/dev/null
 rm -rf "$JOBS"
