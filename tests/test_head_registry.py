@@ -14,7 +14,8 @@ from omegaconf import OmegaConf
 from conftest import ROOT, compose_train
 
 from elasticface.cli.head_group import head_option
-from elasticface.cli.resolvers import config_group_options, register_config_code
+from elasticface.cli.help import config_group_options
+from elasticface.cli.resolvers import register_config_code
 from elasticface.heads.registry import HEADS, HeadEntry
 
 
