@@ -12,6 +12,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 
 from elasticface.cli.version import version_text
+from elasticface.utils.config import ConfigError
 from elasticface.utils.requirements import MissingRequirement, check_environment, require_module
 
 #: config choices that run through a Hydra plugin of the `cluster` extra: (group, option) -> (module, package)
@@ -51,9 +52,10 @@ def start(prog: str, argv: Sequence[str] | None = None) -> None:
 
 @contextmanager
 def one_line_errors(prog: str) -> Iterator[None]:
-    """A `MissingRequirement` found inside a job (a CUDA build the config asks for) as one line, exit status 2."""
+    """A `MissingRequirement` found inside a job (a CUDA build the config asks for) or a `ConfigError` (a value the
+    job cannot use) as one line, exit status 2."""
     try:
         yield
-    except MissingRequirement as err:
+    except (MissingRequirement, ConfigError) as err:
         print(f"{prog}: error: {err}", file=sys.stderr)
         raise SystemExit(2) from None
