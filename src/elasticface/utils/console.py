@@ -117,5 +117,3 @@ def quiet_library_noise() -> None:
     if "SLURM_JOB_ID" not in os.environ:
         warnings.filterwarnings("ignore", message=SRUN_HINT, category=PossibleUserWarning)
     _drop("torch.utils.cpp_extension", NO_CUDA_RUNTIME)
-    # matplotlib's "generated new fontManager", once per machine on the first plot
-    logging.getLogger("matplotlib.font_manager").setLevel(logging.WARNING)
