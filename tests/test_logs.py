@@ -217,3 +217,20 @@ def test_an_unknown_print_config_is_one_line_exit_2(tmp_path):
     assert out.stderr.splitlines() == ["elasticface-train: error: extras.print_config='tree': expected short (the "
                                        "run's choices in a few lines), full (those and the whole config tree) or "
                                        "false (neither)"]
+
+
+def test_the_model_summary_shows_flops_only_when_they_were_counted():
+    """Lightning counts FLOPs only through an `example_input_array`; without one its column and total read 0."""
+    from elasticface.callbacks.model_summary import summary_table
+
+    def columns(flops: list[str]) -> list[tuple[str, list[str]]]:
+        return [(" ", ["0", "1"]), ("Name", ["backbone", "classifier"]), ("Type", ["IResNet", "Classifier"]),
+                ("Params", ["3.5 M", "8.2 K"]), ("Mode", ["train", "train"]), ("FLOPs", flops)]
+
+    uncounted = summary_table(columns(["0", "0"]), 3_508_704, 3_508_192, 14.0, {"train": 55, "eval": 0}, 0)
+    assert uncounted.splitlines()[0] == "  | Name       | Type       | Params | Mode"
+    assert uncounted.splitlines()[2] == "0 | backbone   | IResNet    | 3.5 M  | train"
+    assert uncounted.splitlines()[-1] == ("3.5 M parameters (512 not trained), 14.000 MB; modules in train mode 55, "
+                                          "in eval mode 0")
+    counted = summary_table(columns(["1.2 M", "0"]), 3_508_704, 3_508_192, 14.0, {"train": 55, "eval": 0}, 1_200_000)
+    assert counted.splitlines()[0].endswith("| Mode  | FLOPs") and counted.endswith("; 1.2 M FLOPs")

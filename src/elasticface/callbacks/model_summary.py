@@ -18,21 +18,23 @@ log = logging.getLogger(__name__)
 FLOPS = "FLOPs"
 
 
+def _count(n: int) -> str:
+    """`3.5 M`, `512`: Lightning's human-readable count without its padding."""
+    return get_human_readable_count(n).strip()
+
+
 def summary_table(columns: list[tuple[str, list[str]]], total_parameters: int, trainable_parameters: int,
                   model_size: float, total_training_modes: dict[str, int], total_flops: int) -> str:
     """Lightning's columns (name, values) as a text table, the FLOPs column only when something was counted, and
-    the totals in two lines."""
+    the totals in one line."""
     columns = [(name, values) for name, values in columns if name != FLOPS or total_flops]
     widths = [max([len(name), *(len(str(v)) for v in values)]) for name, values in columns]
     rows = [[name for name, _ in columns], *zip(*(values for _, values in columns))]
     lines = [" | ".join(f"{str(cell):<{w}}" for cell, w in zip(row, widths)).rstrip() for row in rows]
     lines.insert(1, "-" * len(lines[0]))
-    def count(n: int) -> str:
-        return get_human_readable_count(n).strip()
-
     frozen = total_parameters - trainable_parameters
-    flops = f"; {count(total_flops)} FLOPs" if total_flops else ""
-    lines.append(f"{count(total_parameters)} parameters ({count(frozen)} not trained), "
+    flops = f"; {_count(total_flops)} FLOPs" if total_flops else ""
+    lines.append(f"{_count(total_parameters)} parameters ({_count(frozen)} not trained), "
                  f"{get_formatted_model_size(model_size)} MB; modules in train mode {total_training_modes['train']}, "
                  f"in eval mode {total_training_modes['eval']}{flops}")
     return "\n".join(lines)
