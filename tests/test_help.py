@@ -65,6 +65,15 @@ def test_help_of_a_group_users_do_not_choose_is_one_line_exit_2(tmp_path, group)
                                        f"({', '.join(GROUPS)})"]
 
 
+def test_hydra_flag_values_are_not_group_names(capsys):
+    from elasticface.cli.help import answer_group_help
+
+    answer_group_help("elasticface-train", ["--help", "--config-name", "train", "head=arcface"])  # returns: Hydra's
+    with pytest.raises(SystemExit) as stop:
+        answer_group_help("elasticface-train", ["-cn", "train", "--help", "optimizer"])
+    assert stop.value.code == 0 and capsys.readouterr().out.startswith("optimizer: ")
+
+
 def test_option_descriptions_are_first_sentences(tmp_path):
     path = tmp_path / "option.yaml"
     path.write_text("# @package _global_\n# The paper's toy example (Sec. II, Fig. 2): a 2-D embedding. More here.\n"

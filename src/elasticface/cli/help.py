@@ -53,6 +53,8 @@ HIDDEN = {
     "lfw_remedy": "one remedy of the LFW remedy table, chosen by hparams_search=lfw_fold10_remedies",
 }
 WIDTH = 110
+#: Hydra's flags that take the next argument as their value (not a group name)
+HYDRA_VALUE_FLAGS = ("--config-path", "-cp", "--config-name", "-cn", "--config-dir", "-cd", "--experimental-rerun")
 
 
 def group_options(group: str) -> list[str]:
@@ -148,7 +150,8 @@ def answer_group_help(prog: str, argv: Sequence[str] | None = None) -> None:
     argv = list(sys.argv[1:] if argv is None else argv)
     if "--help" not in argv and "-h" not in argv:
         return
-    asked = [arg for arg in argv if not arg.startswith("-") and "=" not in arg]
+    asked = [arg for before, arg in zip(["", *argv], argv)
+             if not arg.startswith("-") and "=" not in arg and before not in HYDRA_VALUE_FLAGS]
     if not asked:
         return
     for group in asked:
