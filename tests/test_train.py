@@ -94,7 +94,7 @@ def test_all_loggers_offline_without_network(tiny_cfg, tmp_path, monkeypatch):
 def test_ddp_two_cpu_processes(tmp_path):
     """DDP on CPU (gloo): every rank evaluates its share of the pairs; the metric gathers them all."""
     cmd = [sys.executable, str(ROOT / "train.py"), *TINY, "trainer.accelerator=cpu", "trainer.devices=2",
-           "trainer.strategy=ddp", "extras.print_config=true"]
+           "trainer.strategy=ddp", "extras.print_config=full"]
     out = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-3000:]
     (run_dir,) = (tmp_path / "logs" / "train" / "runs").iterdir()
@@ -102,6 +102,7 @@ def test_ddp_two_cpu_processes(tmp_path):
     assert summary["global_step"] > 0 and 0.0 <= summary["val/acc_mean"]["final"] <= 1.0
     assert (run_dir / "checkpoints" / "last.ckpt").exists()
     assert out.stdout.count("task_name") == 1, "the config is printed once, by rank 0"
+    assert out.stdout.count("this run:") == 1, "and the run's overview"
 
 
 def test_margin_statistics_are_written_on_every_logging_step(tiny_cfg, tmp_path):
