@@ -532,10 +532,10 @@ def main(argv: list[str] | None = None) -> dict:
     os.environ.setdefault("WANDB_MODE", "offline")
     import torch
 
-    from elasticface.utils.console import quiet_lightning_tips
+    from elasticface.utils.console import quiet_library_noise
     from suite_measure import bf16_peak
 
-    quiet_lightning_tips()
+    quiet_library_noise()
     started = time.perf_counter()
     info = header(args)
     peak = bf16_peak(info["device"], args.peak_tflops) if args.device == "cuda" else None

@@ -104,9 +104,9 @@ def measure(job: dict, out: Path) -> dict:
     from bench_train import make_batches
     from suite_measure import failure
 
-    from elasticface.utils.console import quiet_lightning_tips
+    from elasticface.utils.console import quiet_library_noise
 
-    quiet_lightning_tips()
+    quiet_library_noise()
     quiet_lightning()
     try:
         batches = make_batches(job["batch"], 112, job["layer"]["classes"], job["device"])

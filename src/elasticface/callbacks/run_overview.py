@@ -97,7 +97,7 @@ class RunOverview(pl.Callback):
         devices = f"{trainer.num_devices} {device_type}" + (f" x {trainer.num_nodes} nodes" if trainer.num_nodes > 1
                                                             else "")
         compiled = compile_text(getattr(pl_module, "compile_setting", False),
-                                bool(getattr(pl_module, "compiled", False)), device_type)
+                                getattr(pl_module, "compiled_calls", None) is not None, device_type)
         return [
             f"head      {head_text(cfg, names['head'], getattr(getattr(pl_module, 'head', None), 's', None))}",
             f"backbone  {names['backbone']}" + (f" ({', '.join(size + start)})" if size + start else ""),
