@@ -127,7 +127,9 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--head", default="arcface", help="the template's head (arcface_torch runs ArcFace m=0.5, s=64)")
     p.add_argument("--precision", default=None, help="the template's trainer.precision (default: bf16-mixed on "
                    "cuda, 32-true on cpu); arcface_torch uses its own (fp16 autocast + GradScaler on cuda)")
-    p.add_argument("--warmup", type=int, default=5, help="untimed steps first")
+    p.add_argument("--warmup", type=int, default=None,
+                   help="untimed steps first (default 15 on cuda, 5 on cpu: each row starts in a fresh process, where "
+                   "compilation, cuDNN's autotuning and the allocator's first blocks all fall in the first steps)")
     p.add_argument("--steps", type=int, default=20, help="timed steps")
     p.add_argument("--parts", type=csv_list(str), default=["steps", "speed", "pipeline"],
                    help="which parts: steps, speed, pipeline, profile (torch.profiler at the speed size; not default)")
@@ -164,6 +166,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         p.error(f"--settings {','.join(sorted(set(args.settings) - set(names)))}: expected some of {', '.join(names)}")
     args.settings = args.settings or names
     args.precision = args.precision or ("bf16-mixed" if args.device == "cuda" else "32-true")
+    args.warmup = args.warmup if args.warmup is not None else (15 if args.device == "cuda" else 5)
     args.speed_backbone = args.speed_backbone or args.backbones[-1]
     args.speed_batch = args.speed_batch or max(args.batches)
     args.pipeline_images = args.pipeline_images or (8192 if args.device == "cuda" else 256)
