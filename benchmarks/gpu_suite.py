@@ -20,6 +20,7 @@ wrong --arcface-torch, no bf16 on the device, CUDA out of memory) gets one line 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import json
 import os
@@ -30,6 +31,8 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+#: the script that takes one measurement in a process of its own
+JOB_SCRIPT = Path(__file__).resolve().parent / "suite_job.py"
 NEEDED = {"hydra": "hydra-core", "omegaconf": "omegaconf", "pytorch_lightning": "pytorch-lightning", "timm": "timm",
           "torchdata": "torchdata", "torchmetrics": "torchmetrics", "torchvision": "torchvision",
           "elasticface": "elasticface (PYTHONPATH=src)"}
@@ -61,6 +64,8 @@ SETTING_KEYS = ["model.channels_last", "trainer.benchmark", "optimizer.fused", "
 #: relative loss difference within which a setting keeps the step's result, by trainer.precision
 LOSS_RTOL = {"bf16-mixed": 2.0**-7, "16-mixed": 2.0**-10}
 LOSS_RTOL_FP32 = 1e-5
+#: issue 61's goal: Partial FC's step at most this many milliseconds longer than the full class layer's
+PFC_EXTRA_MS = 10
 
 
 def run_key(cfg, device: str) -> tuple:
@@ -111,10 +116,20 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--full-classes", type=int, default=85_742, help="classes of the full class layer (model=default)")
     p.add_argument("--pfc-classes", type=int, default=2_000_000, help="classes of model=partial_fc (0: no such rows)")
     p.add_argument("--pfc-rate", type=float, default=0.1)
+    p.add_argument("--layers", type=csv_list(str), default=["full", "pfc"],
+                   help="the rows' class layers, in this order: full, pfc (default full,pfc)")
+    p.add_argument("--compile-backend", default=None,
+                   help="the template's torch.compile backend (default: inductor, where trainer=gpu compiles; on a "
+                   "CPU the rows run eagerly unless one is named: aot_eager and eager trace and count the compiled "
+                   "calls without generating code)")
+    p.add_argument("--keep", metavar="DIR", default=None,
+                   help="keep each measurement's folder (job.json, result.json, log.txt) under DIR")
     p.add_argument("--head", default="arcface", help="the template's head (arcface_torch runs ArcFace m=0.5, s=64)")
     p.add_argument("--precision", default=None, help="the template's trainer.precision (default: bf16-mixed on "
                    "cuda, 32-true on cpu); arcface_torch uses its own (fp16 autocast + GradScaler on cuda)")
-    p.add_argument("--warmup", type=int, default=5, help="untimed steps first")
+    p.add_argument("--warmup", type=int, default=None,
+                   help="untimed steps first (default 15 on cuda, 5 on cpu: each row starts in a fresh process, where "
+                   "compilation, cuDNN's autotuning and the allocator's first blocks all fall in the first steps)")
     p.add_argument("--steps", type=int, default=20, help="timed steps")
     p.add_argument("--parts", type=csv_list(str), default=["steps", "speed", "pipeline"],
                    help="which parts: steps, speed, pipeline, profile (torch.profiler at the speed size; not default)")
@@ -142,6 +157,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     unknown = set(args.parts) - {"steps", "speed", "pipeline", "profile"}
     if unknown:
         p.error(f"--parts {','.join(sorted(unknown))}: expected some of steps, speed, pipeline, profile")
+    if set(args.layers) - {"full", "pfc"} or len(set(args.layers)) != len(args.layers):
+        p.error(f"--layers {','.join(args.layers)}: expected full, pfc or both, each once")
     if set(args.speed_layers) - {"full", "pfc"} or ("pfc" in args.speed_layers and not args.pfc_classes):
         p.error(f"--speed-layers {','.join(args.speed_layers)}: expected some of full, pfc (pfc needs --pfc-classes)")
     names = [name for name, _, _ in SETTINGS]
@@ -149,6 +166,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         p.error(f"--settings {','.join(sorted(set(args.settings) - set(names)))}: expected some of {', '.join(names)}")
     args.settings = args.settings or names
     args.precision = args.precision or ("bf16-mixed" if args.device == "cuda" else "32-true")
+    args.warmup = args.warmup if args.warmup is not None else (15 if args.device == "cuda" else 5)
     args.speed_backbone = args.speed_backbone or args.backbones[-1]
     args.speed_batch = args.speed_batch or max(args.batches)
     args.pipeline_images = args.pipeline_images or (8192 if args.device == "cuda" else 256)
@@ -213,67 +231,130 @@ def header(args: argparse.Namespace) -> dict:
 
 
 def class_layers(args) -> list:
-    """The rows' class layers: the full one, and Partial FC unless --pfc-classes 0."""
+    """The rows' class layers in --layers' order: the full one, and Partial FC unless --pfc-classes 0."""
     from suite_template import Layer
 
-    full = [Layer("default", args.full_classes)]
-    return (full + [Layer("partial_fc", args.pfc_classes, args.pfc_rate)]) if args.pfc_classes else full
+    made = {"full": Layer("default", args.full_classes),
+            "pfc": Layer("partial_fc", args.pfc_classes, args.pfc_rate) if args.pfc_classes else None}
+    return [made[name] for name in args.layers if made[name] is not None]
 
 
-def step_rows(args, at, template_problem: str | None, peak: float | None, out: Path, lines: list[str]) -> list[dict]:
-    from bench_train import make_batches
-    from suite_measure import clear, failure
-    import suite_arcface
+def in_own_process(job: dict, out: Path) -> dict:
+    """One measurement in a fresh Python process (suite_job.py), so that nothing measured before it can change it
+    (dynamo's caches and skipped frames, cuDNN's autotuner, the allocator): its result, or an error line."""
+    from suite_job import what
+
+    folder = Path(tempfile.mkdtemp(prefix=f"{job['side']}_{job['backbone']}_{job['batch']}_", dir=out))
+    job = {**job, "out_dir": str(folder)}
+    job_file, result_file, log_file = folder / "job.json", folder / "result.json", folder / "log.txt"
+    job_file.write_text(json.dumps(job, indent=1))
+    with log_file.open("w") as log:
+        proc = subprocess.run([sys.executable, str(JOB_SCRIPT), str(job_file), str(result_file)], stdout=log,
+                              stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    if result_file.is_file():
+        return json.loads(result_file.read_text())
+    last = [line for line in log_file.read_text(errors="replace").splitlines() if line.strip()][-1:] or [""]
+    return {"error": f"{what(job)}: its process exited with code {proc.returncode} ({last[0].strip()[:200]}; "
+                     f"log: {log_file})"}
+
+
+def template_job(args, backbone: str, batch: int, layer, extra: list[str] = (), steps: int | None = None,
+                 flops: bool = False, profile: bool = False) -> dict:
     import suite_template
 
+    overrides = suite_template.overrides(backbone, batch, layer, args.device, args.precision, args.head,
+                                         args.compile_backend) + list(extra)
+    return {"side": "template", "backbone": backbone, "batch": batch, "layer": vars(layer), "device": args.device,
+            "precision": args.precision, "overrides": overrides, "warmup": args.warmup,
+            "steps": args.steps if steps is None else steps, "flops": flops,
+            "profile_steps": args.profile_steps if profile else 0}
+
+
+def arcface_job(args, backbone: str, batch: int, layer, flops: bool, profile: bool) -> dict:
+    return {"side": "arcface_torch", "arcface_torch": args.arcface_torch, "backbone": backbone, "batch": batch,
+            "layer": vars(layer), "device": args.device, "warmup": args.warmup, "steps": args.steps, "flops": flops,
+            "profile_steps": args.profile_steps if profile else 0}
+
+
+def measured_of(result: dict, lines: list[str]):
+    """The Measured of a job's result, or None with its error line printed and kept."""
+    from suite_measure import Measured
+
+    for key in ("error", "profile_error"):
+        if result.get(key):
+            lines.append(result[key])
+            say(result[key])
+    if result.get("error"):
+        return None
+    return Measured(**result["measured"])
+
+
+def compiled_text(status: dict | None, counts: bool = True) -> str:
+    """The rows' `compiled` column: what ran, counted (training steps that called the compiled graph)."""
+    if not status or not status["applied"]:
+        return "eager"
+    word = "yes" if status["ran_compiled"] else "NO"
+    return f"{word} {status['steps_compiled']}/{status['steps_compiled'] + status['steps_eager']}" if counts else word
+
+
+def step_rows(args, at, template_problem: str | None, peak: float | None, out: Path, lines: list[str]
+              ) -> tuple[list[dict], list[dict]]:
+    """The rows (each side of each in its own process) and the profiles taken after the rows at the speed size.
+    Without the steps part, only the speed size's rows run, for their profiles."""
+    from suite_arcface import NETWORKS
+    from suite_job import what
+
     layers = class_layers(args)
+    steps_part, profile_part = "steps" in args.parts, "profile" in args.parts
     say()
-    say(f"{'backbone':<11}{'batch':>6}  {'class layer':<16}| {'template img/s':>14} {'MFU':>12} {'GFLOP/img':>9} "
-        f"{'peak MiB':>9} {'syncs':>5} | {'arcface_torch img/s':>19} {'MFU':>12} {'GFLOP/img':>9} {'peak MiB':>9} "
-        f"{'syncs':>5} | "
-        f"{'img/s ratio':>11} {'mem ratio':>9}")
-    rows = []
-    for backbone in args.backbones:
-        for batch in args.batches:
-            for layer in layers:
-                what = f"{backbone} batch {batch} {layer.label}"
-                batches = make_batches(batch, 112, layer.classes, args.device)
-                ours = theirs = None
-                if template_problem is None:
-                    try:
-                        cfg = suite_template.compose(
-                            suite_template.overrides(backbone, batch, layer, args.device, args.precision, args.head),
-                            out / f"{backbone}_{batch}_{layer.option}")
-                        ours, module = suite_template.run(cfg, layer.classes, batches, args.warmup, args.steps,
-                                                          args.device, flops=True)
-                        del module
-                    except Exception as exc:  # noqa: BLE001 - one line per row, the others still run
-                        lines.append(failure(exc, f"template {what}"))
-                        say(lines[-1])
-                    clear(args.device)
-                if at is not None:
-                    try:
-                        theirs = suite_arcface.run(at, backbone, layer.classes, layer.rate or 1.0, batches,
-                                                   args.warmup, args.steps, args.device, flops=True)
-                        if theirs.note and theirs.note not in lines:
-                            lines.append(theirs.note)
-                            say(f"arcface_torch: {theirs.note}")
-                    except Exception as exc:  # noqa: BLE001
-                        lines.append(failure(exc, f"arcface_torch {what}"))
-                        say(lines[-1])
-                    clear(args.device)
-                del batches
-                clear(args.device)
-                rows.append(row_dict(backbone, batch, layer, ours, theirs, peak))
+    if steps_part:
+        say(f"{'backbone':<11}{'batch':>6}  {'class layer':<16}| {'template img/s':>14} {'compiled':>9} {'MFU':>7} "
+            f"{'GFLOP/img':>9} {'peak MiB':>9} {'syncs':>5} | {'arcface_torch img/s':>19} {'MFU':>7} {'GFLOP/img':>9} "
+            f"{'peak MiB':>9} {'syncs':>5} | {'img/s ratio':>11} {'mem ratio':>9}")
+    else:
+        say(f"profiles only: {args.speed_backbone} batch {args.speed_batch}, each side in its own process")
+    rows, profiles = [], []
+    sizes = [(b, n) for b in args.backbones for n in args.batches] if steps_part else \
+        [(args.speed_backbone, args.speed_batch)]
+    for backbone, batch in sizes:
+        for layer in layers:
+            profiled = profile_part and (backbone, batch) == (args.speed_backbone, args.speed_batch)
+            results = {}
+            timed = None if steps_part else 1  # profiles only: one timed step before the profiled ones
+            if template_problem is None:
+                results["template"] = in_own_process(
+                    template_job(args, backbone, batch, layer, steps=timed, flops=steps_part, profile=profiled), out)
+            if at is not None:
+                job = {**arcface_job(args, backbone, batch, layer, flops=steps_part, profile=profiled),
+                       "steps": timed or args.steps}
+                if backbone not in NETWORKS:
+                    results["arcface_torch"] = {"error": f"{what(job)}: backbone {backbone} has no arcface_torch "
+                                                         f"counterpart (it has {', '.join(NETWORKS)})"}
+                else:
+                    results["arcface_torch"] = in_own_process(job, out)
+            ours = measured_of(results["template"], lines) if "template" in results else None
+            theirs = measured_of(results["arcface_torch"], lines) if "arcface_torch" in results else None
+            if theirs is not None and theirs.note and theirs.note not in lines:
+                lines.append(theirs.note)
+                say(f"arcface_torch: {theirs.note}")
+            for side, result in results.items():
+                if result.get("profile"):
+                    profiles.append({"side": side, "row": f"{backbone} batch {batch} {layer.label}",
+                                     "pid": result["pid"], **result["profile"]})
+            if steps_part:
+                status = results.get("template", {}).get("compiled")
+                rows.append(row_dict(backbone, batch, layer, ours, theirs, peak, status,
+                                     {side: r.get("pid") for side, r in results.items()}))
                 say(row_text(rows[-1], ours, theirs, peak))
-    return rows
+    return rows, profiles
 
 
 def _num(x: float | None, fmt: str) -> str:
     return "-" if x is None else format(x, fmt)
 
 
-def row_dict(backbone, batch, layer, ours, theirs, peak) -> dict:
+def row_dict(backbone, batch, layer, ours, theirs, peak, compiled: dict | None = None, pids: dict | None = None
+             ) -> dict:
     from suite_measure import mfu_text
 
     def side(m):
@@ -286,7 +367,8 @@ def row_dict(backbone, batch, layer, ours, theirs, peak) -> dict:
     ratio = ours.images_per_s / theirs.images_per_s if ours and theirs else None
     mem = ours.peak_mib / theirs.peak_mib if ours and theirs and ours.peak_mib and theirs.peak_mib else None
     return {"backbone": backbone, "batch": batch, "class_layer": layer.label, "classes": layer.classes,
-            "template": side(ours), "arcface_torch": side(theirs), "ratio": ratio, "memory_ratio": mem}
+            "template": side(ours), "template_compiled": compiled, "arcface_torch": side(theirs), "ratio": ratio,
+            "memory_ratio": mem, "pids": pids or {}}
 
 
 def row_text(row: dict, ours, theirs, peak) -> str:
@@ -297,10 +379,11 @@ def row_text(row: dict, ours, theirs, peak) -> str:
         return m.flops_per_step / m.batch / 1e9 if m and m.flops_per_step else None
 
     return (f"{row['backbone']:<11}{row['batch']:>6}  {row['class_layer']:<16}| "
-            f"{_num(t.get('images_per_s'), ',.1f'):>14} {mfu_text(ours, peak) if ours else '-':>12} "
+            f"{_num(t.get('images_per_s'), ',.1f'):>14} {compiled_text(row['template_compiled']) if ours else '-':>9} "
+            f"{mfu_text(ours, peak) if ours else '-':>7} "
             f"{_num(gflop(ours), '.2f'):>9} {_num(t.get('peak_mib'), ',.0f'):>9} "
             f"{_num(t.get('syncs_per_step'), '.1f'):>5} | "
-            f"{_num(a.get('images_per_s'), ',.1f'):>19} {mfu_text(theirs, peak) if theirs else '-':>12} "
+            f"{_num(a.get('images_per_s'), ',.1f'):>19} {mfu_text(theirs, peak) if theirs else '-':>7} "
             f"{_num(gflop(theirs), '.2f'):>9} {_num(a.get('peak_mib'), ',.0f'):>9} "
             f"{_num(a.get('syncs_per_step'), '.1f'):>5} | "
             f"{_num(row['ratio'], '.2f'):>11} {_num(row['memory_ratio'], '.2f'):>9}")
@@ -312,9 +395,9 @@ def speed_layers(args) -> list:
 
 
 def speed_rows(args, layer, template_problem: str | None, out: Path, lines: list[str]) -> list[dict]:
-    """Each speed setting on and off at one size and class layer; runs with the same settings are measured once."""
-    from bench_train import make_batches
-    from suite_measure import clear, failure
+    """Each speed setting on and off at one size and class layer, each run in its own process; runs with the same
+    settings are measured once."""
+    from suite_measure import Measured
     import suite_template
 
     say()
@@ -324,92 +407,62 @@ def speed_rows(args, layer, template_problem: str | None, out: Path, lines: list
     if template_problem is not None:
         say(f"  {template_problem}")
         return []
-    base = suite_template.overrides(args.speed_backbone, args.speed_batch, layer, args.device, args.precision,
-                                    args.head)
-    batches = make_batches(args.speed_batch, 112, layer.classes, args.device)
-    cache: dict[tuple, object] = {}
+    cache: dict[tuple, tuple[Measured, str] | str] = {}  # the run's figures and what ran compiled, or its error
 
     def measure(extra: list[str]):
-        cfg = suite_template.compose(base + extra, out / f"speed_{layer.option}_{len(cache)}")
-        key = run_key(cfg, args.device)
+        job = template_job(args, args.speed_backbone, args.speed_batch, layer, extra)
+        key = run_key(suite_template.compose(job["overrides"], out / "speed_key"), args.device)
         if key not in cache:
-            try:
-                cache[key], module = suite_template.run(cfg, layer.classes, batches, args.warmup, args.steps,
-                                                        args.device, flops=False)
-                del module
-            except Exception as exc:  # noqa: BLE001
-                cache[key] = failure(exc, f"speed {layer.label} {' '.join(extra) or 'defaults'}")
+            result = in_own_process(job, out)
+            if result.get("error"):
+                cache[key] = f"speed {layer.label} {' '.join(extra) or 'defaults'}: {result['error']}"
                 lines.append(cache[key])
                 say(f"  {cache[key]}")
-            clear(args.device)
+            else:
+                cache[key] = Measured(**result["measured"]), compiled_text(result["compiled"], counts=False)
         return cache[key]
 
     rtol = LOSS_RTOL.get(args.precision, LOSS_RTOL_FP32)
-    say(f"  {'setting':<25}{'off img/s':>11}{'on img/s':>11}{'on/off':>8}{'syncs off/on':>14}   "
+    say(f"  {'setting':<25}{'off img/s':>11}{'on img/s':>11}{'on/off':>8}{'compiled off/on':>17}{'syncs off/on':>14}   "
         f"{'loss steps 0, 1 off':<24}{'loss steps 0, 1 on':<24}{'last off/on':<18}{'max rel diff':>12}  keeps result")
     rows = []
     for name, on, off in (setting for setting in SETTINGS if setting[0] in args.settings):
         if name in CUDA_ONLY and args.device != "cuda":
             say(f"  {name:<25}measured on the GPU only ({CUDA_ONLY[name]})")
             continue
-        a, b = measure(off), measure(on)
-        if isinstance(a, str) or isinstance(b, str):
+        off_run, on_run = measure(off), measure(on)
+        if isinstance(off_run, str) or isinstance(on_run, str):
             continue
+        (a, a_compiled), (b, b_compiled) = off_run, on_run
         rel = max(abs(x - y) / max(abs(y), 1e-12) for x, y in zip(b.losses[:2], a.losses[:2]))
         row = {"setting": name, "class_layer": layer.label, "off": a.images_per_s, "on": b.images_per_s,
-               "ratio": b.images_per_s / a.images_per_s, "syncs_off": a.syncs_per_step,
-               "syncs_on": b.syncs_per_step, "losses_off": a.losses, "losses_on": b.losses, "max_rel_diff": rel,
-               "keeps_result": rel <= rtol, "note": b.note}
+               "ratio": b.images_per_s / a.images_per_s, "compiled_off": a_compiled, "compiled_on": b_compiled,
+               "syncs_off": a.syncs_per_step, "syncs_on": b.syncs_per_step, "losses_off": a.losses,
+               "losses_on": b.losses, "max_rel_diff": rel, "keeps_result": rel <= rtol}
         rows.append(row)
         say(f"  {name:<25}{a.images_per_s:>11,.1f}{b.images_per_s:>11,.1f}{row['ratio']:>8.3f}"
+            f"{a_compiled + '/' + b_compiled:>17}"
             f"{_num(a.syncs_per_step, '.1f'):>7}/{_num(b.syncs_per_step, '.1f'):<6}   "
             f"{', '.join(f'{x:.6f}' for x in a.losses[:2]):<24}{', '.join(f'{x:.6f}' for x in b.losses[:2]):<24}"
-            f"{a.losses[-1]:.4f}/{b.losses[-1]:<10.4f}{rel:>12.2e}  {'yes' if row['keeps_result'] else 'NO'}"
-            f"{'  (' + b.note + ')' if b.note else ''}")
+            f"{a.losses[-1]:.4f}/{b.losses[-1]:<10.4f}{rel:>12.2e}  {'yes' if row['keeps_result'] else 'NO'}")
     return rows
 
 
-def profile_part(args, at, template_problem: str | None, out: Path, lines: list[str]) -> list[dict]:
-    """torch.profiler over the timed steps of each side at the speed settings' size, both class layers: where
-    the step time goes when a row falls short (suite_profile.py)."""
-    from bench_train import make_batches
-    from suite_measure import clear, failure
-    from suite_profile import WindowProfiler, profile_text
-    import suite_arcface
-    import suite_template
+def print_profiles(args, profiles: list[dict]) -> None:
+    """torch.profiler over each side's steps at the speed size, taken in the row's process after its timed steps:
+    where the step time goes when a row falls short (suite_profile.py)."""
+    from suite_profile import Profile, profile_text
 
     say()
     say(f"profiles: {args.speed_backbone} batch {args.speed_batch}, {args.profile_steps} steps after {args.warmup} "
-        "warm-up; kernels by device time (on a CPU: ops by their own CPU time), share of all, calls per step")
-    layers = class_layers(args)
-    results = []
-    for layer in layers:
-        what = f"{args.speed_backbone} batch {args.speed_batch} {layer.label}"
-        batches = make_batches(args.speed_batch, 112, layer.classes, args.device)
-        sides = ["template"] if template_problem is None else []
-        for side in sides + (["arcface_torch"] if at is not None else []):
-            prof = WindowProfiler(args.device, args.profile_steps)
-            try:
-                if side == "template":
-                    cfg = suite_template.compose(
-                        suite_template.overrides(args.speed_backbone, args.speed_batch, layer, args.device,
-                                                 args.precision, args.head), out / f"profile_{layer.option}")
-                    suite_template.run(cfg, layer.classes, batches, args.warmup, args.profile_steps, args.device,
-                                       flops=False, profiler=prof)
-                else:
-                    suite_arcface.run(at, args.speed_backbone, layer.classes, layer.rate or 1.0, batches, args.warmup,
-                                      args.profile_steps, args.device, flops=False, profiler=prof)
-                summary = prof.summary()
-                for line in profile_text(f"{side} {what}", summary):
-                    say(line)
-                results.append({"side": side, "row": what, **vars(summary)})
-            except Exception as exc:  # noqa: BLE001 - one line, the other side still runs
-                lines.append(failure(exc, f"profile {side} {what}"))
-                say(lines[-1])
-            clear(args.device)
-        del batches
-        clear(args.device)
-    return results
+        "warm-up, in each row's process after its timed steps; kernels (annotation ranges apart) by device time (on "
+        "a CPU: ops by their own CPU time), share of all, calls per step; where the host waited on the device")
+    fields = {f for f in Profile.__dataclass_fields__}
+    for p in profiles:
+        summary = Profile(**{k: v for k, v in p.items() if k in fields})
+        compiled = f" (compiled: {compiled_text(p['compiled'])})" if p.get("compiled") else ""
+        for line in profile_text(f"{p['side']} {p['row']}{compiled}", summary):
+            say(line)
 
 
 def pipeline_part(args, rows: list[dict]) -> dict:
@@ -445,12 +498,13 @@ def pipeline_part(args, rows: list[dict]) -> dict:
 
 
 def goals(rows: list[dict], peak: float | None) -> None:
-    """Issue 39's goals for iresnet100, row by row (read, not enforced)."""
+    """Issues 39's and 61's goals for iresnet100, row by row (read, not enforced)."""
     r100 = [r for r in rows if r["backbone"] == "iresnet100" and r["template"]]
     if not r100:
         return
     say()
-    say("goals (iresnet100): >= 1.0x arcface_torch's images/s, >= 30% MFU, peak memory <= arcface_torch's")
+    say("goals (iresnet100): >= 1.0x arcface_torch's images/s, >= 30% MFU, peak memory <= arcface_torch's, "
+        f"Partial FC at most {PFC_EXTRA_MS} ms per step over the full layer")
     for r in r100:
         mfu = r["template"]["mfu"]
         if mfu.endswith("%"):
@@ -459,16 +513,16 @@ def goals(rows: list[dict], peak: float | None) -> None:
         mem = r["memory_ratio"]
         mem = "n/a" if mem is None else f"{mem:.2f} {'yes' if mem <= 1 else 'NO'}"
         say(f"  batch {r['batch']} {r['class_layer']}: speed {ratio}; MFU {mfu}; memory {mem}")
-
-
-def quiet_lightning() -> None:
-    """Lightning's per-fit chatter (accelerator lines, "no val_dataloader", logging interval) would bury the table."""
-    import logging
-    import warnings
-
-    for name in ("pytorch_lightning", "lightning_fabric"):
-        logging.getLogger(name).setLevel(logging.WARNING)
-    warnings.filterwarnings("ignore", module=r"pytorch_lightning\.")
+    # Partial FC's extra cost per step over the full class layer, each side against its own full row
+    for batch in sorted({r["batch"] for r in r100}):
+        by_layer = {("pfc" if r["class_layer"].startswith("pfc") else "full"): r for r in r100 if r["batch"] == batch}
+        if set(by_layer) != {"full", "pfc"}:
+            continue
+        extra = {side: (by_layer["pfc"][side]["seconds_per_step"] - by_layer["full"][side]["seconds_per_step"]) * 1e3
+                 for side in ("template", "arcface_torch") if by_layer["pfc"][side] and by_layer["full"][side]}
+        theirs = f" (arcface_torch: {extra['arcface_torch']:+.1f} ms)" if "arcface_torch" in extra else ""
+        say(f"  batch {batch}: Partial FC costs {extra['template']:+.1f} ms per step more than the full layer "
+            f"{'yes' if extra['template'] <= PFC_EXTRA_MS else 'NO'} (goal <= {PFC_EXTRA_MS} ms){theirs}")
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -481,11 +535,10 @@ def main(argv: list[str] | None = None) -> dict:
     os.environ.setdefault("WANDB_MODE", "offline")
     import torch
 
-    from elasticface.utils.console import quiet_lightning_tips
+    from elasticface.utils.console import quiet_library_noise
     from suite_measure import bf16_peak
 
-    quiet_lightning_tips()
-    quiet_lightning()
+    quiet_library_noise()
     started = time.perf_counter()
     info = header(args)
     peak = bf16_peak(info["device"], args.peak_tflops) if args.device == "cuda" else None
@@ -510,21 +563,20 @@ def main(argv: list[str] | None = None) -> dict:
                 lines.append(f"arcface_torch rows skipped: {str(exc).splitlines()[0]}")
                 say(lines[-1])
     result: dict = {"header": info, "lines": lines, "rows": [], "speed": [], "pipeline": None, "profile": []}
-    with tempfile.TemporaryDirectory() as tmp:
-        out = Path(tmp)
-        if "steps" in args.parts:
+    with contextlib.ExitStack() as stack:
+        out = Path(args.keep) if args.keep else Path(stack.enter_context(tempfile.TemporaryDirectory()))
+        out.mkdir(parents=True, exist_ok=True)
+        if "steps" in args.parts or "profile" in args.parts:
             t = time.perf_counter()
-            result["rows"] = step_rows(args, at, template_problem, peak, out, lines)
-            say(f"(steps: {time.perf_counter() - t:.0f} s)")
+            result["rows"], result["profile"] = step_rows(args, at, template_problem, peak, out, lines)
+            say(f"(steps{' and profiles' if 'profile' in args.parts else ''}: {time.perf_counter() - t:.0f} s)")
+        if "profile" in args.parts:
+            print_profiles(args, result["profile"])
         if "speed" in args.parts:
             t = time.perf_counter()
             for layer in speed_layers(args):
                 result["speed"] += speed_rows(args, layer, template_problem, out, lines)
             say(f"(speed settings: {time.perf_counter() - t:.0f} s)")
-        if "profile" in args.parts:
-            t = time.perf_counter()
-            result["profile"] = profile_part(args, at, template_problem, out, lines)
-            say(f"(profiles: {time.perf_counter() - t:.0f} s)")
     if "pipeline" in args.parts:
         t = time.perf_counter()
         result["pipeline"] = pipeline_part(args, result["rows"])

@@ -36,8 +36,11 @@ class Layer:
         return f"{kind} {self.classes:,}"
 
 
-def overrides(backbone: str, batch: int, layer: Layer, device: str, precision: str, head: str) -> list[str]:
-    """The train.py overrides of one row."""
+def overrides(backbone: str, batch: int, layer: Layer, device: str, precision: str, head: str,
+              compile_backend: str | None = None) -> list[str]:
+    """The train.py overrides of one row. `compile_backend` names torch.compile's backend (inductor where
+    trainer=gpu compiles); on a CPU the rows run eagerly unless it is named (dynamo's `aot_eager` and `eager`
+    trace and count the compiled calls without generating code: the tests use them)."""
     out = [
         f"backbone={backbone}",
         f"model={layer.option}",
@@ -55,8 +58,12 @@ def overrides(backbone: str, batch: int, layer: Layer, device: str, precision: s
         "trainer.max_steps=-1",
         "extras.print_config=false",
     ]
-    if device == "cpu":  # trainer=gpu's defaults on a GPU; on a CPU inductor's C++ build would take minutes
+    if device == "cpu" and compile_backend is None:  # inductor's C++ build would take minutes on a CPU
         out.append("model.compile=false")
+    elif device == "cpu":
+        out.append("model.compile=true")
+    if compile_backend is not None:
+        out.append(f"model.compile_backend={compile_backend}")
     if layer.rate is not None:
         out.append(f"model.centers.sample_rate={layer.rate}")
     return out
@@ -96,14 +103,13 @@ def recorder(timer: StepTimer, syncs: SyncCounter, sync_from: int, last: int):
     return rec
 
 
-def run(cfg, classes: int, batches: list, warmup: int, steps: int, device: str, flops: bool,
+def run(cfg, classes: int, batches: list, warmup: int, steps: int, device: str,
         profiler=None) -> tuple[Measured, object]:
     """Fit `warmup + steps (+ SYNC_STEPS on a GPU)` steps of the configured run; (measured, the module). A
     `profiler` records the timed steps."""
     import pytorch_lightning as pl
 
     from elasticface.training import build_module, build_trainer
-    from elasticface.utils.speed import should_compile
 
     batch = int(batches[0][0].shape[0])
     count = SYNC_STEPS if device == "cuda" else 0
@@ -122,10 +128,6 @@ def run(cfg, classes: int, batches: list, warmup: int, steps: int, device: str, 
                         losses=kept_losses(rec.losses, warmup + steps - 1))
     if syncs.count is not None:
         measured.syncs_per_step = syncs.count / count
-    if should_compile(module.compile_setting, device == "cpu") and not module.compiled:
-        measured.note = "compile fell back to eager (no toolchain)"
-    if flops:
-        measured.flops_per_step = step_flops(module, batches[0], device, str(cfg.trainer.precision))
     del trainer
     return measured, module
 

@@ -21,7 +21,7 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import OmegaConf
 
 from conftest import CONFIG_DIR, ROOT, compose_train
-from elasticface.cli.resolvers import group_options
+from elasticface.cli.help import group_options
 from elasticface.training import run
 
 #: groups whose options are Hydra internals rather than user choices (`_shared`: the bases other options compose)

@@ -35,6 +35,7 @@ def docs_cpu_command() -> list[str]:
     return shlex.split(line)[2:]
 
 
+@pytest.mark.slow  # every part, each of its ~16 measurements in a process of its own: minutes on 2 cores
 def test_the_documented_cpu_run_prints_every_part(tmp_path):
     proc, result = suite(docs_cpu_command(), tmp_path)
     text = proc.stdout
@@ -46,6 +47,7 @@ def test_the_documented_cpu_run_prints_every_part(tmp_path):
         assert r["template"]["images_per_s"] > 0 and r["template"]["flops_per_step"] > 0
         assert r["template"]["mfu"] == "unknown peak"  # a CPU has no bf16 peak in the table
         assert r["arcface_torch"] is None and r["ratio"] is None
+        assert r["template_compiled"]["setting"] is False and r["template_compiled"]["applied"] is False
     assert {r["class_layer"] for r in result["speed"]} == {"full 16", "pfc 0.1 64"}  # --speed-layers full,pfc
     speed = {r["setting"]: r for r in result["speed"] if r["class_layer"] == "pfc 0.1 64"}
     assert set(speed) == {"channels_last", "fused optimizer", "no host syncs", "dense class layer", "chunk_size 32768"}
@@ -94,17 +96,69 @@ def test_arcface_torch_step_runs_beside_the_template_on_the_cpu(tmp_path):
 
 
 @pytest.fixture
-def suite_in_process(monkeypatch):
-    """gpu_suite imported from benchmarks/, with the Lightning log levels it quiets restored afterwards."""
+def suite_in_process(monkeypatch, tmp_path):
+    """gpu_suite imported from benchmarks/ with each measurement taken in this process (suite_job.measure, what
+    the suite's own processes run), so a test can replace what a row runs; the Lightning log levels the
+    measurements quiet are restored afterwards."""
     import logging
 
     monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
     levels = {name: logging.getLogger(name).level for name in ("pytorch_lightning", "lightning_fabric")}
     import gpu_suite
+    import suite_job
 
+    def here(job, out):
+        folder = out / f"job{len(list(out.iterdir()))}"
+        folder.mkdir()
+        return suite_job.measure({**job, "out_dir": str(folder)}, folder)
+
+    monkeypatch.setattr(gpu_suite, "in_own_process", here)
     yield gpu_suite
     for name, level in levels.items():
         logging.getLogger(name).setLevel(level)
+
+
+@pytest.mark.slow  # four measuring processes, each importing torch and Lightning: about a minute on 2 cores
+def test_rows_run_in_processes_of_their_own_and_count_what_ran_compiled_in_either_order(tmp_path):
+    """Each side of each row is measured in a process of its own, so no row, profile or FLOP count before it (the
+    FLOP counter's dispatch mode made torch 2.11 run every later row eagerly) can change it: in either order each
+    row's backbone ran its compiled graph at every training step, counted (dynamo's `eager` backend traces and calls
+    graphs as inductor's do, without generating code)."""
+    tiny = [*TINY, "--pfc-classes", "64", "--steps", "1", "--parts", "steps", "--compile-backend", "eager"]
+    runs = {}
+    for order in ("full,pfc", "pfc,full"):
+        (tmp_path / order).mkdir()
+        proc, result = suite([*tiny, "--layers", order], tmp_path / order)
+        runs[order] = {r["class_layer"]: r for r in result["rows"]}
+        assert [r["class_layer"] for r in result["rows"]] == [
+            {"full": "full 16", "pfc": "pfc 0.1 64"}[name] for name in order.split(",")]
+        for r in result["rows"]:
+            # 1 warm-up + 1 timed step, all through the compiled graph; the FLOPs counted after them
+            assert r["template_compiled"] == {"setting": True, "applied": True, "steps_compiled": 2,
+                                              "steps_eager": 0, "ran_compiled": True}, r
+            assert r["template"]["flops_per_step"] > 0
+            assert re.search(rf"^tiny +8  {re.escape(r['class_layer'])} +\| +[\d,.]+ +yes 2/2 ", proc.stdout, re.M)
+        pids = [r["pids"]["template"] for r in result["rows"]]
+        assert len(set(pids)) == 2 and os.getpid() not in pids
+    for layer, row in runs["full,pfc"].items():
+        assert row["template_compiled"] == runs["pfc,full"][layer]["template_compiled"]
+        assert row["template"]["losses"] == runs["pfc,full"][layer]["template"]["losses"]  # the same steps
+
+
+def test_a_measurement_whose_process_dies_is_one_line(monkeypatch, tmp_path):
+    """A process that ends without a result (killed, a crash in a CUDA library) names the row, its exit code and
+    log (the suite prints the line and measures the other rows)."""
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+    import gpu_suite
+
+    script = tmp_path / "dies.py"
+    script.write_text("import sys\nprint('Segmentation fault (core dumped)')\nsys.exit(139)\n")
+    monkeypatch.setattr(gpu_suite, "JOB_SCRIPT", script)
+    result = gpu_suite.in_own_process(
+        {"side": "template", "backbone": "tiny", "batch": 8, "layer": {"option": "default", "classes": 16}},
+        tmp_path)
+    assert re.fullmatch(r"template tiny batch 8 full 16: its process exited with code 139 \(Segmentation fault "
+                        r"\(core dumped\); log: .*log\.txt\)", result["error"]), result
 
 
 def test_a_row_out_of_gpu_memory_is_one_line_and_the_other_rows_are_measured(suite_in_process, monkeypatch, capsys):
@@ -199,10 +253,57 @@ def test_the_profiler_counts_the_window_s_ops_and_host_reads(suite_in_process):
     assert sum(k["share"] for k in p.top) <= 1 + 1e-9 and p.window_ms > 0
 
 
-def test_profile_part_prints_each_side_and_the_template_reads_nothing_back(suite_in_process, capsys):
-    result = suite_in_process.main([*TINY, "--pfc-classes", "0", "--parts", "profile", "--profile-steps", "2"])
+def test_profile_part_profiles_the_compiled_step_and_the_template_reads_nothing_back(suite_in_process, capsys):
+    result = suite_in_process.main([*TINY, "--pfc-classes", "0", "--parts", "profile", "--profile-steps", "2",
+                                    "--compile-backend", "eager"])
     text = capsys.readouterr().out
     (side,) = result["profile"]
     assert side["side"] == "template" and side["row"] == "tiny batch 8 full 16" and side["top"]
     assert side["host_reads_per_step"] == 0, "no host read inside the template's steps (tests/test_host_sync.py)"
-    assert re.search(r"^  template tiny batch 8 full 16: [\d.]+ ms per step under the profiler", text, re.M), text
+    assert side["compiled"]["ran_compiled"] and side["compiled"]["steps_compiled"] == 3  # 1 warm-up + 2 profiled
+    assert re.search(r"^  template tiny batch 8 full 16 \(compiled: yes 3/3\): [\d.]+ ms per step under the "
+                     "profiler", text, re.M), text
+
+
+def test_the_profiler_names_where_the_host_waits_and_leaves_annotation_ranges_out(suite_in_process):
+    """`record_function` ranges (the optimizer's `Optimizer.step#SGD.step`) are laid over the ops they hold: they
+    are not work of their own, and on a GPU counting them made the device "192% busy"."""
+    import torch
+    from suite_profile import WindowProfiler, busy_us
+
+    def reads_back(a):
+        return (a @ a).sum().item()
+
+    prof = WindowProfiler("cpu", steps=2, stacks=True)
+    a = torch.randn(128, 128)
+    prof.start()
+    for _ in range(2):
+        with torch.profiler.record_function("Optimizer.step#SGD.step"):
+            reads_back(a)
+    prof.stop()
+    p = prof.summary()
+    assert not any(k["name"].startswith("Optimizer.step") for k in p.top) and p.top
+    (site,) = p.wait_sites
+    assert re.fullmatch(r"aten::_local_scalar_dense at .*test_gpu_suite\.py\(\d+\): reads_back", site["site"]), site
+    assert site["per_step"] == 1.0
+    # the device's busy time is the union of its kernels' intervals (streams overlap)
+    assert busy_us([(20.0, 25.0), (0.0, 10.0), (5.0, 15.0), (6.0, 7.0)]) == 20.0
+
+
+
+@pytest.mark.slow  # the prepared GPU call at tiny sizes: the suite at the run's class count, then train.py as typed
+def test_the_prepared_gpu_call_measures_the_path_users_run_against_the_suite_row(tmp_path):
+    out = tmp_path / "out"
+    env = {**os.environ, "PYTHON": sys.executable, "TINY": "1", "PARTS": "suite_train_size train_path"}
+    proc = subprocess.run(["bash", str(ROOT / "benchmarks" / "gpu_call.sh"), str(out), "", "1200"], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=1200, env=env)
+    assert proc.returncode == 0 and "== train_path: exit 0" in proc.stdout, proc.stdout[-3000:] + proc.stderr[-2000:]
+    path = json.loads((out / "train_path.json").read_text())
+    # 3 epochs of 4 steps, each validated and checkpointed; every step through the compiled graph
+    assert path["compiled"] is True and path["compiled_steps"] == {"compiled": 12, "eager": 0}
+    assert len(path["images_per_second_per_epoch"]) == 3 and path["first_step_seconds"] > 0
+    assert {"step0000004.ckpt", "step0000008.ckpt", "step0000012.ckpt"} <= set(path["checkpoints"])
+    assert path["ratio"] == pytest.approx(path["images_per_second"] / path["suite_images_per_second"])
+    assert path["command"].startswith("python train.py trainer=cpu backbone=tiny data=recordio data.root=")
+    assert re.search(r"^  against the suite's row \([\d,.]+ images/s\): [\d.]+x (yes|NO)", proc.stdout, re.M)
+    assert (out / "jobs.tar.gz").is_file() and (out / "suite_train_size.json").is_file()

@@ -14,7 +14,8 @@ from omegaconf import OmegaConf
 from conftest import ROOT, compose_train
 
 from elasticface.cli.head_group import head_option
-from elasticface.cli.resolvers import config_group_options, register_config_code
+from elasticface.cli.help import config_group_options
+from elasticface.cli.resolvers import register_config_code
 from elasticface.heads.registry import HEADS, HeadEntry
 
 
@@ -192,8 +193,9 @@ def test_a_throw_away_head_is_a_command_line_option_without_torch(tmp_path):
     help_out = subprocess.run([sys.executable, "-c", code, "--help"], cwd=ROOT, capture_output=True, text=True,
                               timeout=120)
     assert help_out.returncode == 0, help_out.stderr
-    options = next(line for line in help_out.stdout.splitlines() if line.startswith("head: "))
-    assert "half_margin" in options.removeprefix("head: ").split(", ") and "elastic_arc_plus" in options
+    heads = [line.split()[:3] for line in help_out.stdout.splitlines() if line.startswith("  ")]
+    assert ["half_margin", "m=0.4,", "s=30"] in heads and ["elastic_arc_plus", "m=0.5,", "s=64,"] in heads
+    assert "s·(cos θ_y - m/2)" in help_out.stdout, "the head's line says what it changes"
     assert help_out.stdout.strip().endswith("torch imported: False")
     job = subprocess.run([sys.executable, "-c", code, "--cfg", "job", "head=half_margin", "m=0.3"], cwd=ROOT,
                          capture_output=True, text=True, timeout=120)

@@ -138,7 +138,7 @@ def test_channels_last_auto_is_nhwc_on_a_gpu_when_eager(tiny_cfg, monkeypatch, c
     import elasticface.module
 
     monkeypatch.setattr(elasticface.module, "compile_available", lambda backbone: True)
-    monkeypatch.setattr(elasticface.module, "compile_in_place", lambda backbone: None)
+    monkeypatch.setattr(elasticface.module, "compile_in_place", lambda backbone, backend: speed.CompiledCalls(backend))
     module = build_module(tiny_cfg(f"model.channels_last={channels_last}", f"model.compile={compile}"), 8)
     if on_gpu:
         module.trainer = fake_gpu_trainer()
@@ -146,7 +146,7 @@ def test_channels_last_auto_is_nhwc_on_a_gpu_when_eager(tiny_cfg, monkeypatch, c
     else:
         set_up_for_fit_on_cpu(module)
     assert is_nhwc(module) == nhwc
-    assert module.compiled == (compile == "auto" and on_gpu)
+    assert (module.compiled_calls is not None) == (compile == "auto" and on_gpu)
 
 
 def test_channels_last_auto_gives_the_same_embeddings_on_a_gpu_setup(tiny_cfg):
@@ -233,7 +233,7 @@ def test_compile_without_a_toolchain_trains_eagerly_and_says_so(tiny_cfg, monkey
     with caplog.at_level(logging.WARNING):
         set_up_for_fit_on_cpu(module)
     assert "model.compile" in caplog.text and "WITHOUT compile" in caplog.text
-    assert not module.compiled and module.backbone._compiled_call_impl is None
+    assert module.compiled_calls is None and module.backbone._compiled_call_impl is None
 
 
 @pytest.mark.parametrize("setting", ["true", "auto", "cpu"])
@@ -244,9 +244,9 @@ def test_compile_with_a_toolchain_compiles_the_backbone_in_place_when_fitting(ti
     assert module.backbone._compiled_call_impl is None, "built (or loaded for eval/export): eager"
     set_up_for_fit_on_cpu(module)
     if setting != "true" and torch.backends.cpu.get_cpu_capability() in speed.EAGER_CPU_LEVELS:
-        assert not module.compiled and module.backbone._compiled_call_impl is None, "eager where kernels are AVX2"
+        assert module.compiled_calls is None and module.backbone._compiled_call_impl is None, "eager: AVX2 kernels"
         return
-    assert module.compiled and module.backbone._compiled_call_impl is not None
+    assert module.compiled_calls is not None and module.backbone._compiled_call_impl is not None
     assert not any("_orig_mod" in k for k in module.state_dict()), "checkpoints keep the eager names"
 
 

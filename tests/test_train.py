@@ -24,6 +24,7 @@ def test_run_writes_summary_and_checkpoints(tiny_cfg, tmp_path):
         assert saved[key] is not None, key
     assert (saved["m"], saved["sigma"]) == (0.5, 0.0175) and saved["s"] == pytest.approx(S_8_CLASSES, rel=1e-12)
     assert saved["compile"] is False and saved["compiled"] is False  # debug=tiny trains eagerly
+    assert saved["compiled_steps"] == {"compiled": 0, "eager": 0}  # nothing compiled to count
     acc_mean = saved["val/acc_mean"]
     assert 0.0 <= acc_mean["best"] <= 1.0 and acc_mean["best"] >= acc_mean["final"]
     assert saved["images_per_second"] > 0
@@ -93,7 +94,7 @@ def test_all_loggers_offline_without_network(tiny_cfg, tmp_path, monkeypatch):
 def test_ddp_two_cpu_processes(tmp_path):
     """DDP on CPU (gloo): every rank evaluates its share of the pairs; the metric gathers them all."""
     cmd = [sys.executable, str(ROOT / "train.py"), *TINY, "trainer.accelerator=cpu", "trainer.devices=2",
-           "trainer.strategy=ddp", "extras.print_config=true"]
+           "trainer.strategy=ddp", "extras.print_config=full"]
     out = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-3000:]
     (run_dir,) = (tmp_path / "logs" / "train" / "runs").iterdir()
@@ -101,6 +102,7 @@ def test_ddp_two_cpu_processes(tmp_path):
     assert summary["global_step"] > 0 and 0.0 <= summary["val/acc_mean"]["final"] <= 1.0
     assert (run_dir / "checkpoints" / "last.ckpt").exists()
     assert out.stdout.count("task_name") == 1, "the config is printed once, by rank 0"
+    assert out.stdout.count("this run:") == 1, "and the run's overview"
 
 
 def test_margin_statistics_are_written_on_every_logging_step(tiny_cfg, tmp_path):

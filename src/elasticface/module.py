@@ -9,6 +9,7 @@ returns; sharded centres (`model=model_parallel`) and their checkpoint gather/sl
 
 from __future__ import annotations
 
+import logging
 import math
 from typing import Any
 
@@ -29,9 +30,13 @@ from elasticface.heads.base import MarginHead
 from elasticface.margin_schedule import MarginSchedule
 from elasticface.metrics.verification import VerificationAccuracy, flip_fused_embeddings
 from elasticface.utils.lightning_private import attached_trainer, should_update_logs
-from elasticface.utils.speed import (check_channels_last_setting, check_compile_setting, compile_available,
-                                     compile_in_place, should_compile, should_use_channels_last)
+from elasticface.utils.speed import (CompiledCalls, check_channels_last_setting, check_compile_backend,
+                                     check_compile_setting, compile_available, compile_in_place, should_compile,
+                                     should_use_channels_last)
 from elasticface.untrusted import build_from_checkpoint
+
+log = logging.getLogger(__name__)
+
 
 def _as_container(cfg: Any) -> Any:
     return OmegaConf.to_container(cfg, resolve=True) if isinstance(cfg, DictConfig) else cfg
@@ -59,6 +64,7 @@ class FaceRecognitionModule(pl.LightningModule):
         backbone_lr_scale: float = 1.0,
         freeze_backbone_bn: bool = False,
         compile: bool | str = False,
+        compile_backend: str = "inductor",
         channels_last: bool | str = False,
         margin_schedule: dict | None = None,
         imprint_centers: bool = False,
@@ -93,7 +99,11 @@ class FaceRecognitionModule(pl.LightningModule):
             self.use_channels_last()
         # compiled in setup("fit"), once the accelerator is known: models loaded for evaluation or export stay eager
         self.compile_setting = check_compile_setting(compile)
-        self.compiled = False
+        self.compile_backend = check_compile_backend(compile_backend)
+        self.compiled_calls: CompiledCalls | None = None  # set once compiled: counts the calls into its graphs
+        # training steps whose backbone ran the compiled graph, and those that ran it eagerly, in this process
+        self.steps_compiled = 0
+        self.steps_eager = 0
         self.val_metrics = nn.ModuleDict()
         self.register_buffer("best_acc_mean", torch.tensor(float("nan"), dtype=torch.float64))
         self.validated_at_step: int | None = None
@@ -153,6 +163,7 @@ class FaceRecognitionModule(pl.LightningModule):
         if too_small_to_train(images):  # too few records left readable; counted by the DataModule
             return None
         margin_weight = self.margin_schedule.weight(self.global_step, self._margin_steps)
+        calls = self.compiled_calls.calls if self.compiled_calls is not None else 0
         if self.head_only():
             self.backbone.eval()
             with torch.no_grad():
@@ -161,6 +172,7 @@ class FaceRecognitionModule(pl.LightningModule):
             if not self.backbone.training:  # the first step after the head-only phase
                 self.train()
             embeddings = self.embed(images)
+        self._count_backbone_run(calls)
         out = self.classifier(embeddings, labels, margin_weight=margin_weight)
         loss = out.loss
         alpha = float(self.hparams.get("l2sp_alpha") or 0.0)
@@ -179,6 +191,25 @@ class FaceRecognitionModule(pl.LightningModule):
                 self.log("train/margin_weight", margin_weight, on_step=True)
         self.log_batch_stats(out, batch, embeddings)
         return loss
+
+    def _count_backbone_run(self, calls_before: int) -> None:
+        """Count whether this training step's backbone ran its compiled graph; the first step that did not
+        says so (the run goes on, slower, and summary.json's `compiled` reads false)."""
+        if self.compiled_calls is None:
+            return
+        if self.compiled_calls.calls > calls_before:
+            self.steps_compiled += 1
+            return
+        self.steps_eager += 1
+        if self.steps_eager == 1:
+            log.warning("model.compile: training step %d ran the backbone EAGERLY although it is compiled (no call "
+                        "into its graph: torch %s may have skipped the compiled frame, see docs/compile.md); the run "
+                        "goes on and summary.json records compiled=false", self.global_step, torch.__version__)
+
+    @property
+    def ran_compiled(self) -> bool:
+        """Whether every training step of this process ran the backbone's compiled graph (counted)."""
+        return self.compiled_calls is not None and self.steps_compiled > 0 and self.steps_eager == 0
 
     @property
     def logging_step(self) -> bool:
@@ -350,12 +381,11 @@ class FaceRecognitionModule(pl.LightningModule):
     # -- validation ----------------------------------------------------------------------------------
     def setup(self, stage: str) -> None:
         training_on_cpu = isinstance(self.trainer.accelerator, CPUAccelerator)
-        if stage == "fit" and not self.compiled and should_compile(self.compile_setting, training_on_cpu):
-            self.compiled = compile_available(self.backbone)
-            if self.compiled:
-                compile_in_place(self.backbone)
+        if stage == "fit" and self.compiled_calls is None and should_compile(self.compile_setting, training_on_cpu) \
+                and compile_available(self.backbone):
+            self.compiled_calls = compile_in_place(self.backbone, self.compile_backend)
         if not self.channels_last and should_use_channels_last(self.channels_last_setting, training_on_cpu,
-                                                               self.compiled):
+                                                               self.compiled_calls is not None):
             self.use_channels_last()
         datamodule = getattr(self.trainer, "datamodule", None)
         for name, pairs in (getattr(datamodule, "val_sets", None) or {}).items():

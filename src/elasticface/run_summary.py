@@ -40,14 +40,18 @@ def make_summary(cfg: DictConfig, trainer: pl.Trainer, model: FaceRecognitionMod
         "val/acc_mean": {"best": best, "final": metrics.get("val/acc_mean")},
         "val/sets": {name: metrics.get(f"val/{name}/acc") for name in model.val_metrics},
         "train_seconds": train_seconds,
-        "images_per_second": throughput.images_per_second,
+        "images_per_second": throughput.images_per_second,  # the first step apart (compilation, autotuning)
+        "images_per_second_per_epoch": throughput.per_epoch,
+        "first_step_seconds": throughput.first_step_seconds,
         "global_step": trainer.global_step,
         "m": cfg.get("m"), "s": model.head.s, "sigma": cfg.get("sigma"), "seed": cfg.get("seed"),
         "head": group_choice(cfg, "head"),
         "backbone": group_choice(cfg, "backbone"),
         "data": group_choice(cfg, "data"),
         "compile": OmegaConf.select(cfg, "model.compile", default=False),  # the setting; `compiled`: what ran
-        "compiled": bool(model.compiled),
+        # counted: every training step of this process called the compiled graph (docs/compile.md)
+        "compiled": model.ran_compiled,
+        "compiled_steps": {"compiled": model.steps_compiled, "eager": model.steps_eager},
         "margin_schedule": _schedule_text(OmegaConf.select(cfg, "model.margin_schedule", default=None)),
         "choices": {k[len("choice/"):]: v for k, v in params.items() if k.startswith("choice/")},
         "weights_finite": finite,
@@ -115,5 +119,9 @@ def format_summary(summary: dict[str, Any]) -> str:
     if acc["final"] is not None and summary.get("baseline/start_acc") is not None:
         lines.append(f"   change from the loaded weights: {100 * (acc['final'] - summary['baseline/start_acc']):+.2f} "
                      f"points (best {100 * (acc['best'] - summary['baseline/start_acc']):+.2f})")
+    debug = (summary.get("choices") or {}).get("debug")
+    if debug:  # a debug=tiny run's 6 steps check that everything runs; its accuracy says nothing about the method
+        lines.append(f" a smoke run (debug={debug}, {summary['global_step']} steps): it checks that training runs; "
+                     "accuracy after a few steps is not a result")
     lines += [f" outputs: {summary['output_dir']}  (summary.json, checkpoints/)", "=" * 64]
     return "\n".join(lines)

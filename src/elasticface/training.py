@@ -12,7 +12,7 @@ from typing import Any
 import pytorch_lightning as pl
 import torch
 from pytorch_lightning.accelerators import CPUAccelerator
-from pytorch_lightning.callbacks import ProgressBar
+from pytorch_lightning.callbacks import ModelSummary, ProgressBar
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
@@ -20,6 +20,8 @@ from elasticface import batch_scaling
 from elasticface.callbacks.progress import progress_bar
 from elasticface.callbacks.divergence import DivergenceGuard
 from elasticface.callbacks.grad_scaler import GradScalerMonitor
+from elasticface.callbacks.model_summary import ParameterSummary
+from elasticface.callbacks.run_overview import RunOverview
 from elasticface.callbacks.throughput import Throughput
 from elasticface.checkpointing import resume
 from elasticface.checkpointing.atomic_save import AtomicCheckpointIO
@@ -30,11 +32,12 @@ from elasticface.data.datamodule import FaceDataModule
 from elasticface.eval.baselines import eigenface_baseline, pixel_baseline, start_weights_baseline
 from elasticface.finetune.head_only import head_only_steps
 from elasticface.finetune.imprint import imprint_centers
+from elasticface.loggers.run_names import group_choice
 from elasticface.module import FaceRecognitionModule
 from elasticface.run_summary import format_summary, make_summary
 from elasticface.scale import CLASS_COUNT, check_scale, class_count_scale
 from elasticface.utils.config import flatten, group_choices, validate_top_level
-from elasticface.utils.console import print_config_tree, quiet_lightning_tips
+from elasticface.utils.console import print_config_mode, print_config_tree, quiet_library_noise
 from elasticface.utils.instantiators import instantiate_callbacks, instantiate_loggers
 from elasticface.utils.precision import FP16_MIXED, cpu_fp16_plugin
 from elasticface.utils.requirements import check_cuda_request
@@ -62,8 +65,9 @@ def required_callbacks(cfg: DictConfig, configured: list[pl.Callback]) -> list[p
     - Throughput: summary.json's images_per_second.
     - ImagesSeen: a resume on another global batch keeps the schedule in images seen, or warns that it jumps.
     - a progress display while `trainer.enable_progress_bar`: a log line every N steps when stdout is a file.
+    - ParameterSummary while `trainer.enable_model_summary` (Lightning's own would print `Total FLOPs: 0`).
 
-    configs/callbacks/default.yaml lists all of them, so for it this adds nothing.
+    configs/callbacks/default.yaml lists all but the last, so for it this adds the summary only.
     """
     def missing(kind: type) -> bool:
         return not any(isinstance(c, kind) for c in configured)
@@ -79,6 +83,8 @@ def required_callbacks(cfg: DictConfig, configured: list[pl.Callback]) -> list[p
         required.append(ImagesSeen(OmegaConf.select(cfg, batch_scaling.KEY)))
     if cfg.trainer.get("enable_progress_bar", True) and missing(ProgressBar):
         required.append(progress_bar(log_every_n_steps=cfg.trainer.get("log_every_n_steps") or 10))
+    if cfg.trainer.get("enable_model_summary", True) and missing(ModelSummary):
+        required.append(ParameterSummary())
     return required
 
 
@@ -111,13 +117,18 @@ def set_threads(cfg: DictConfig) -> int:
     return choice.threads
 
 
-def build_trainer(cfg: DictConfig) -> tuple[pl.Trainer, Throughput]:
-    """The trainer with the configured loggers and callbacks, plus the required ones, and atomic checkpoint writes.
-    `trainer.threads` is this project's key (set_threads), not a Lightning Trainer argument."""
+def build_trainer(cfg: DictConfig, overview: bool = False) -> tuple[pl.Trainer, Throughput]:
+    """The trainer with the configured loggers and callbacks, plus the required ones (and the run's overview when
+    `overview`), and atomic checkpoint writes. `trainer.threads` is this project's key (set_threads), not a Lightning
+    Trainer argument."""
     loggers = instantiate_loggers(cfg.get("logger"))
     callbacks = instantiate_callbacks(cfg.get("callbacks"),
                                       has_logger=bool(loggers) or bool(cfg.trainer.get("fast_dev_run")))
     callbacks += required_callbacks(cfg, callbacks)
+    if overview:
+        names = {group: group_choice(cfg, group) for group in ("head", "backbone", "data", "optimizer")}
+        names["scheduler"] = group_choice(cfg, "scheduler") if cfg.get("scheduler") is not None else "constant"
+        callbacks.insert(0, RunOverview(cfg, names))
     throughput = next(c for c in callbacks if isinstance(c, Throughput))
     check_world_size(cfg.trainer.get("num_nodes", 1), cfg.trainer.get("devices"))
     check_cuda_request("trainer.accelerator", cfg.trainer.get("accelerator"))
@@ -131,6 +142,7 @@ def build_trainer(cfg: DictConfig) -> tuple[pl.Trainer, Throughput]:
         callbacks.append(GradScalerMonitor())
     trainer_cfg = OmegaConf.to_container(cfg.trainer, resolve=True)
     trainer_cfg.pop("threads", None)  # this project's key (utils/threads.py), not the Trainer's
+    trainer_cfg["enable_model_summary"] = False  # required_callbacks adds ours in place of Lightning's
     trainer = instantiate(trainer_cfg, callbacks=callbacks, logger=loggers or False, plugins=plugins, **extra)
     check_cpu_precision(trainer.precision, isinstance(trainer.accelerator, CPUAccelerator))
     return trainer, throughput
@@ -185,9 +197,10 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     """Train one model as the config says and return (and write) its summary."""
     check_scale(cfg)  # first: reading s resolves the scale rule
     validate_top_level(cfg)
-    quiet_lightning_tips()
+    printing = print_config_mode(OmegaConf.select(cfg, "extras.print_config", default=False))
+    quiet_library_noise()
     set_threads(cfg)
-    if cfg.get("extras", {}).get("print_config"):
+    if printing == "full":
         print_config_tree(cfg, group_choices())
     pl.seed_everything(cfg.seed, workers=True)
     output_dir = Path(cfg.paths.output_dir)
@@ -211,7 +224,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
         if model.hparams.get("l2sp_alpha"):
             model.keep_start_weights()
         del start
-    trainer, throughput = build_trainer(cfg)
+    trainer, throughput = build_trainer(cfg, overview=printing is not None)
     params = hyperparameters(cfg, model.head.s)
     for logger in trainer.loggers:
         logger.log_hyperparams(params)

@@ -1,7 +1,8 @@
 """Progress: Lightning's bar on a terminal, a plain log line every N steps anywhere else.
 
 A progress bar written to a file (SLURM logs, `make train > log`, CI) is a stream of carriage returns
-and escape codes; a line per N steps is what a cluster log should hold.
+and escape codes; a line per N steps is what a cluster log should hold. A terminal that reports 0 columns
+(some CI runners, `script`) gets the lines too: the bar draws nothing there.
 
 Both read metric values only on the steps the loggers write (`trainer.log_every_n_steps`): reading a
 value on a GPU waits for every queued kernel, which a step that does not log must never do.
@@ -10,6 +11,7 @@ value on a GPU waits for every queued kernel, which a step that does not log mus
 from __future__ import annotations
 
 import logging
+import os
 import sys
 from typing import Any
 
@@ -81,8 +83,17 @@ class LoggingStepBar(TQDMProgressBar):
         return metrics
 
 
+def bar_can_draw(stream: Any = None) -> bool:
+    """Whether a progress bar can draw on `stream` (stdout): a terminal that reports a width."""
+    stream = sys.stdout if stream is None else stream
+    try:
+        return stream.isatty() and os.get_terminal_size(stream.fileno()).columns > 0
+    except (AttributeError, OSError, ValueError):  # no file descriptor (a test's capture), or not a terminal
+        return False
+
+
 def progress_bar(refresh_rate: int = 10, log_every_n_steps: int = 10) -> ProgressBar:
-    """TQDM's bar when stdout is a terminal, else a `LogProgress` line every `log_every_n_steps` steps."""
-    if sys.stdout.isatty():
+    """TQDM's bar where it can draw on stdout, else a `LogProgress` line every `log_every_n_steps` steps."""
+    if bar_can_draw():
         return LoggingStepBar(refresh_rate=refresh_rate)
     return LogProgress(every_n_steps=log_every_n_steps)

@@ -51,6 +51,7 @@ class StepTrace(pl.Callback):
                                                                  "lr", "bn_stats")}
         self.validations: dict[str, list[Any]] = {k: [] for k in ("step", "training", "compiled", "acc_mean")}
         self._graphs_at_start = 0
+        self._calls_at_validation = 0
 
     def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._graphs_at_start = graphs_compiled()
@@ -90,10 +91,15 @@ class StepTrace(pl.Callback):
         backbone = pl_module.backbone
         self.validations["step"].append(trainer.global_step)
         self.validations["training"].append(bool(backbone.training))
-        self.validations["compiled"].append(getattr(backbone, "_compiled_call_impl", None) is not None)
+        self.validations["compiled"].append(False)  # counted at its end: whether it called the compiled graph
         self.validations["acc_mean"].append(float("nan"))
+        counter = getattr(pl_module, "compiled_calls", None)
+        self._calls_at_validation = counter.calls if counter is not None else 0
 
     def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        counter = getattr(pl_module, "compiled_calls", None)
+        if self.validations["step"] and counter is not None:
+            self.validations["compiled"][-1] = counter.calls > self._calls_at_validation
         acc = trainer.callback_metrics.get("val/acc_mean")
         if self.validations["step"] and acc is not None:
             self.validations["acc_mean"][-1] = float(acc)

@@ -3,6 +3,11 @@
 Timing from one batch's end to the next counts data loading too, which is what a run really sustains,
 and needs no device synchronisation: with asynchronous GPU kernels a batch's own start-to-end time is
 only its launch time, while the spacing of batch ends settles to the true step time.
+
+The first training batch of a process is its own figure (`first_step_seconds`: torch.compile's compilation and
+cuDNN's autotuning happen there, minutes on a GPU), not part of images/s; every later one counts, the first after
+a validation too (a backbone recompiled, or fallen back to eager, after validation shows there). Each epoch's own
+images/s is kept as well (summary.json's `images_per_second_per_epoch`).
 """
 
 from __future__ import annotations
@@ -21,13 +26,24 @@ class Throughput(pl.Callback):
         self._window_images = 0
         self._window_seconds = 0.0
         self._last_end: float | None = None
+        self.first_step_seconds: float | None = None
+        self.per_epoch: list[float] = []
+        self._epoch_images = 0
+        self._epoch_seconds = 0.0
 
     def restart_clock(self, *args: Any) -> None:
         """The next batch starts a new interval (after validation, at each epoch's first batch)."""
         self._last_end = None
 
-    on_train_epoch_start = restart_clock
     on_validation_end = restart_clock
+
+    def on_train_epoch_start(self, *args: Any) -> None:
+        self.restart_clock()
+        self._epoch_images, self._epoch_seconds = 0, 0.0
+
+    def on_train_epoch_end(self, *args: Any) -> None:
+        if self._epoch_seconds > 0:
+            self.per_epoch.append(self._epoch_images / self._epoch_seconds)
 
     def on_train_batch_start(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int
@@ -40,11 +56,16 @@ class Throughput(pl.Callback):
         now = time.perf_counter()
         elapsed = now - (self._last_end if self._last_end is not None else now)
         self._last_end = now
+        if self.first_step_seconds is None:  # compilation and autotuning: reported apart
+            self.first_step_seconds = elapsed
+            return
         count = int(batch[0].shape[0]) * trainer.world_size
         self.images += count
         self.seconds += elapsed
         self._window_images += count
         self._window_seconds += elapsed
+        self._epoch_images += count
+        self._epoch_seconds += elapsed
         if trainer.global_step % self.log_every_n_steps == 0 and self._window_seconds > 0:
             pl_module.log("train/images_per_second", self._window_images / self._window_seconds, on_step=True)
             self._window_images, self._window_seconds = 0, 0.0

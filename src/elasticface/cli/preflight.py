@@ -1,4 +1,5 @@
-"""What every command does before its own work: `--version`, and a check that the environment can run it.
+"""What every command does before its own work: `--version`, a check that the environment can run it, and the
+quieting of a library's first-run line.
 
 A problem found here is one line on stderr naming what to install (exit status 2), not a traceback minutes
 into a run: Python or torch older than pyproject.toml states, or a Hydra plugin from an extra that a chosen
@@ -7,11 +8,13 @@ option needs (the cluster launchers, the Optuna sweeper).
 
 from __future__ import annotations
 
+import logging
 import sys
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 
 from elasticface.cli.version import version_text
+from elasticface.utils.config import ConfigError
 from elasticface.utils.requirements import MissingRequirement, check_environment, require_module
 
 #: config choices that run through a Hydra plugin of the `cluster` extra: (group, option) -> (module, package)
@@ -41,6 +44,9 @@ def check_plugins(overrides: Sequence[str]) -> None:
 def start(prog: str, argv: Sequence[str] | None = None) -> None:
     """Answer `--version`, or exit with one line when the environment cannot run `prog` with `argv`."""
     argv = list(sys.argv[1:] if argv is None else argv)
+    # matplotlib builds its font cache the first time it is imported on a machine and says so at INFO level, before
+    # any job starts (Hydra's job callbacks import Lightning, which imports it): not news to the user
+    logging.getLogger("matplotlib.font_manager").setLevel(logging.WARNING)
     if "--version" in argv:
         print(version_text(prog))
         raise SystemExit(0)
@@ -51,9 +57,10 @@ def start(prog: str, argv: Sequence[str] | None = None) -> None:
 
 @contextmanager
 def one_line_errors(prog: str) -> Iterator[None]:
-    """A `MissingRequirement` found inside a job (a CUDA build the config asks for) as one line, exit status 2."""
+    """A `MissingRequirement` found inside a job (a CUDA build the config asks for) or a `ConfigError` (a value the
+    job cannot use) as one line, exit status 2."""
     try:
         yield
-    except MissingRequirement as err:
+    except (MissingRequirement, ConfigError) as err:
         print(f"{prog}: error: {err}", file=sys.stderr)
         raise SystemExit(2) from None

@@ -10,12 +10,11 @@ from __future__ import annotations
 import hashlib
 import os
 
-from hydra.core.config_store import ConfigStore
 from omegaconf import OmegaConf
 
 from elasticface.cli.head_group import register_head_group
+from elasticface.cli.help import config_group_options, config_text, groups_text
 from elasticface.cli.slurm_plugin import register_slurm_launcher
-from elasticface.utils.config import config_dir
 
 from elasticface.loggers.run_names import current_sweep_group, group_choice, run_name, run_tags
 from elasticface.utils.run_stamp import run_stamp
@@ -31,21 +30,6 @@ def short_dirname(name: str, max_length: int = 120) -> str:
     if len(name) <= max_length:
         return name
     return f"{name[: max_length - 9]}-{hashlib.sha1(name.encode()).hexdigest()[:8]}"
-
-
-def group_options(group: str) -> list[str]:
-    """The options of a config group: its YAML files and the options registered in code (the head group)."""
-    registered = {n for n in ConfigStore.instance().repo.get(group, {}) if n.endswith(".yaml")}
-    files = {p.name for p in (config_dir() / group).glob("*.yaml")}
-    return sorted(name.removesuffix(".yaml") for name in files | registered)
-
-
-def config_group_options(group: str) -> str:
-    """`group: a, b, c`, the options of a config group (a `--help` template's line), or a hint when it has none."""
-    options = group_options(group)
-    if not options and (config_dir() / group / "default.yaml.example").exists():
-        return f"{group}: none (cp configs/{group}/default.yaml.example configs/{group}/default.yaml)"
-    return f"{group}: {', '.join(options) or 'none'}"
 
 
 def head_default(name: str, key: str) -> float | None:
@@ -78,6 +62,8 @@ def register_config_code() -> None:
         "short_dirname": short_dirname,
         "cwd": os.getcwd,
         "config_group_options": config_group_options,
+        "train_help_groups": groups_text,
+        "train_help_config": config_text,
         "head_default": head_default,
         "head_scale": head_scale_default,
         "run_stamp": run_stamp,  # one run directory for all nodes of a multi-node job

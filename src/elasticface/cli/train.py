@@ -9,6 +9,7 @@ from __future__ import annotations
 import hydra
 from omegaconf import DictConfig
 
+from elasticface.cli.help import answer_group_help
 from elasticface.cli.preflight import one_line_errors, start
 from elasticface.cli.resolvers import register_config_code
 from elasticface.utils.config import config_dir
@@ -26,8 +27,10 @@ def job(cfg: DictConfig) -> float | None:
 
 
 def main() -> None:
-    """`--version` and the environment checks first (Hydra owns `--version` otherwise), then the job."""
+    """`--version`, the environment checks and `--help <group>` first (Hydra owns `--version` otherwise, and reads
+    a group name as a broken override), then the job."""
     start("elasticface-train")
+    answer_group_help("elasticface-train")
     job()
 
 

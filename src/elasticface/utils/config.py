@@ -9,6 +9,13 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
 PACKAGE_DIR = Path(__file__).resolve().parents[1]
+
+
+class ConfigError(ValueError):
+    """A config value a command cannot use: the commands print it as one line on stderr, exit status 2
+    (cli/preflight.py's one_line_errors)."""
+
+
 #: when a schedule advances (Lightning's `interval`): `scheduler.interval`, "step" when absent
 INTERVALS = ("step", "epoch")
 

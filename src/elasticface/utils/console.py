@@ -1,16 +1,36 @@
-"""What a run prints: the config as a tree once (rank 0), and none of Lightning's advertising tips.
+"""What a run prints: the config as a tree on request (rank 0), and no library message a user cannot act on.
 
-The resolved config is saved in `.hydra/config.yaml`; the console gets a compact tree of it, one branch
+The resolved config is saved in `.hydra/config.yaml`; a run prints the few values a researcher checks
+(callbacks/run_overview.py) and, with `extras.print_config=full`, a compact tree of the whole config, one branch
 per config group with the group's chosen option in its label, so a log reads like the command line.
 """
 
 from __future__ import annotations
 
 import logging
+import os
+import warnings
 from typing import Any
 
+from lightning_fabric.utilities.warnings import PossibleUserWarning
 from omegaconf import DictConfig, OmegaConf
 from pytorch_lightning.utilities import rank_zero_only
+
+from elasticface.utils.config import ConfigError
+
+#: `extras.print_config`: the run's choices in a few lines, those and the whole config tree, or nothing
+PRINT_CONFIG = ("short", "full", False)
+
+
+def print_config_mode(value: object) -> str | None:
+    """`extras.print_config` checked: "short", "full" or None (print nothing)."""
+    if value is False:
+        return None
+    if isinstance(value, str) and value in PRINT_CONFIG:
+        return value
+    shown = str(value).lower() if isinstance(value, bool) else repr(value)
+    raise ConfigError(f"extras.print_config={shown}: expected short (the run's choices in a few lines), "
+                      "full (those and the whole config tree) or false (neither)")
 
 #: top-level keys shown first, in this order; the rest follow as they come
 _FIRST = (
@@ -56,13 +76,44 @@ def _add(parent: Any, key: str, value: Any, choice: str | None = None) -> None:
         parent.add(f"{label}: {value!r}" if not isinstance(value, str) else f"{label}: {value}")
 
 
-class _DropTips(logging.Filter):
+class _DropMessage(logging.Filter):
+    """Drop a logger's records whose message starts with `start`."""
+
+    def __init__(self, start: str) -> None:
+        super().__init__()
+        self.start = start
+
     def filter(self, record: logging.LogRecord) -> bool:
-        return not str(record.msg).startswith("💡 Tip")
+        return not str(record.msg).startswith(self.start)
+
+
+def _drop(logger_name: str, start: str) -> None:
+    logger = logging.getLogger(logger_name)
+    if not any(isinstance(f, _DropMessage) and f.start == start for f in logger.filters):
+        logger.addFilter(_DropMessage(start))
 
 
 def quiet_lightning_tips() -> None:
     """Drop Lightning's '💡 Tip: try installing ...' lines, which advertise services, from the logs."""
-    logger = logging.getLogger("pytorch_lightning.utilities.rank_zero")
-    if not any(isinstance(f, _DropTips) for f in logger.filters):
-        logger.addFilter(_DropTips())
+    _drop("pytorch_lightning.utilities.rank_zero", "💡 Tip")
+
+
+#: torch.utils.cpp_extension's line on import when `nvcc` is on PATH and no GPU is visible (inductor imports it to
+#: compile the backbone for the CPU): about CUDA extensions, which a run never builds
+NO_CUDA_RUNTIME = "No CUDA runtime is found"
+#: Lightning's hint for a job started inside a SLURM allocation without srun (its processes would hang)
+SRUN_HINT = "The `srun` command is available on your system but is not used"
+
+
+def quiet_library_noise() -> None:
+    """Silence, each at its source, what the libraries print that a user of a run cannot act on (tests/test_logs.py
+    fails on any other warning line of `python train.py debug=tiny` and `make train`)."""
+    quiet_lightning_tips()
+    # Lightning 2.6's own pytree helper builds torch's LeafSpec, which torch 2.14 deprecates: Lightning's to change
+    warnings.filterwarnings("ignore", message=r"`isinstance\(treespec, LeafSpec\)` is deprecated",
+                            category=FutureWarning)
+    # Lightning looks for SLURM on every run and warns wherever an `srun` is installed (make slurm-up installs one):
+    # outside an allocation the hint is wrong; inside one (SLURM_JOB_ID) a job not started by srun may hang, so it stays
+    if "SLURM_JOB_ID" not in os.environ:
+        warnings.filterwarnings("ignore", message=SRUN_HINT, category=PossibleUserWarning)
+    _drop("torch.utils.cpp_extension", NO_CUDA_RUNTIME)

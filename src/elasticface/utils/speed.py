@@ -15,6 +15,7 @@ import os
 import platform
 import re
 import shutil
+from typing import Any, Callable
 
 import torch
 from torch import nn
@@ -58,11 +59,55 @@ def compile_available(module: nn.Module) -> bool:
 COMPILE_OPTIONS = {"fallback_random": True}
 
 
-def compile_in_place(module: nn.Module) -> None:
+class CompiledCalls:
+    """A torch.compile backend that counts the calls into the graphs it built: whether a step *ran* compiled,
+    which the setting cannot say. dynamo can run a compiled module eagerly with no error (torch 2.11 skips its
+    frame for good once it was called under a TorchDispatchMode such as FlopCounterMode; a recompile limit
+    reached; `torch.compiler.set_stance`), and only a call into the graph shows that it did not.
+
+    `backend` is torch.compile's backend by name: `inductor` (with COMPILE_OPTIONS) or one of dynamo's
+    debugging backends (`aot_eager`, `eager`), which trace and count the same way without generating code."""
+
+    def __init__(self, backend: str = "inductor") -> None:
+        self.backend = backend
+        self.calls = 0
+        self.graphs = 0
+
+    def __call__(self, gm: torch.fx.GraphModule, example_inputs: list) -> Callable:
+        if self.backend == "inductor":
+            from torch._inductor.compile_fx import compile_fx
+
+            compiled = compile_fx(gm, example_inputs, config_patches=COMPILE_OPTIONS)
+        else:
+            from torch._dynamo import lookup_backend
+
+            compiled = lookup_backend(self.backend)(gm, example_inputs)
+        self.graphs += 1
+
+        def run(*args: Any) -> Any:
+            self.calls += 1
+            return compiled(*args)
+
+        return run
+
+
+def check_compile_backend(name: object) -> str:
+    """`model.compile_backend`: inductor, or a dynamo backend registered under that name."""
+    from torch._dynamo import list_backends
+
+    if name not in list_backends(exclude_tags=()):
+        raise ValueError(f"model.compile_backend={name!r}: expected inductor (the default) or another backend "
+                         "dynamo registers, such as aot_eager or eager (torch._dynamo.list_backends(exclude_tags=()))")
+    return str(name)
+
+
+def compile_in_place(module: nn.Module, backend: str = "inductor") -> CompiledCalls:
     """torch.compile `module` in place (its state_dict keeps its names, no `_orig_mod.`), with eager's random
-    numbers, from an inductor cache of this CPU's vector ISA."""
+    numbers, from an inductor cache of this CPU's vector ISA; the returned counter says what ran compiled."""
     use_inductor_cache_of_this_isa()
-    module.compile(options=COMPILE_OPTIONS)
+    counter = CompiledCalls(backend)
+    module.compile(backend=counter)
+    return counter
 
 
 def use_inductor_cache_of_this_isa() -> str:

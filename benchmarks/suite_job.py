@@ -1,0 +1,147 @@
+"""One measurement of the GPU suite, in a process of its own: a figure must not depend on what ran before it.
+
+torch keeps global state that one measurement can change for the next: dynamo's caches and skip lists (torch 2.11
+skips a compiled frame for good once it was called under a TorchDispatchMode such as the FLOP counter's, so every
+row after the first ran eagerly), cuDNN's autotuner, the caching allocator. gpu_suite.py starts this script for
+each row, speed run and profile:
+
+    python benchmarks/suite_job.py JOB.json RESULT.json
+
+JOB.json names one side of one row (`template` or `arcface_torch`), its backbone, batch, class layer, precision,
+head, extra train.py overrides, warm-up and timed steps, and what else to measure after the timed steps (a
+torch.profiler window, the FLOPs of one step: both after the timing, so neither can change it). RESULT.json holds
+the figures, whether the backbone ran compiled (counted: calls into the compiled graph per training step), this
+process's id, and an error line instead of figures when the row could not be measured.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+
+def layer_of(job: dict):
+    from suite_template import Layer
+
+    return Layer(**job["layer"])
+
+
+def what(job: dict) -> str:
+    return f"{job['side']} {job['backbone']} batch {job['batch']} {layer_of(job).label}"
+
+
+def compiled_status(module, device: str) -> dict:
+    """What ran: the training steps that called the backbone's compiled graph and those that ran it eagerly."""
+    from elasticface.utils.speed import should_compile
+
+    return {"setting": bool(should_compile(module.compile_setting, device == "cpu")),
+            "applied": module.compiled_calls is not None, "steps_compiled": module.steps_compiled,
+            "steps_eager": module.steps_eager, "ran_compiled": module.ran_compiled}
+
+
+def eager_fallback(status: dict) -> str | None:
+    """Why a run meant to be compiled is not a figure, or None."""
+    if not status["setting"] or status["ran_compiled"]:
+        return None
+    if not status["applied"]:
+        return "compile was not applied (no toolchain)"
+    return (f"{status['steps_eager']} of {status['steps_eager'] + status['steps_compiled']} training steps ran the "
+            "backbone eagerly although it is compiled")
+
+
+def template_side(job: dict, batches: list, out: Path) -> dict:
+    import suite_template
+    from suite_profile import WindowProfiler
+
+    layer = layer_of(job)
+    cfg = suite_template.compose(job["overrides"], out / "run")
+    measured, module = suite_template.run(cfg, layer.classes, batches, job["warmup"], job["steps"], job["device"])
+    result = {"measured": dataclasses.asdict(measured), "compiled": compiled_status(module, job["device"])}
+    fallback = eager_fallback(result["compiled"])
+    if fallback:
+        result["error"] = f"{what(job)}: not a figure: {fallback}"
+        return result
+    if job.get("profile_steps"):
+        prof = WindowProfiler(job["device"], job["profile_steps"], stacks=True)
+        _, profiled = suite_template.run(cfg, layer.classes, batches, job["warmup"], job["profile_steps"],
+                                         job["device"], profiler=prof)
+        result["profile"] = dataclasses.asdict(prof.summary())
+        result["profile"]["compiled"] = compiled_status(profiled, job["device"])
+        fallback = eager_fallback(result["profile"]["compiled"])
+        if fallback:
+            result["profile_error"] = f"profile {what(job)}: not a profile of the compiled step: {fallback}"
+        del profiled
+    if job.get("flops"):  # last: the FLOP counter's dispatch mode may change how torch runs this frame afterwards
+        result["measured"]["flops_per_step"] = suite_template.step_flops(module, batches[0], job["device"],
+                                                                         job["precision"])
+    return result
+
+
+def arcface_side(job: dict, batches: list) -> dict:
+    import suite_arcface
+    from suite_profile import WindowProfiler
+
+    at = suite_arcface.load(job["arcface_torch"])
+    layer = layer_of(job)
+    args = (at, job["backbone"], layer.classes, layer.rate or 1.0, batches, job["warmup"])
+    # its FLOPs are counted before its timed steps, on the plain eager backbone (nothing is compiled on this side)
+    measured = suite_arcface.run(*args, job["steps"], job["device"], flops=bool(job.get("flops")))
+    result = {"measured": dataclasses.asdict(measured), "compiled": None}
+    if job.get("profile_steps"):
+        prof = WindowProfiler(job["device"], job["profile_steps"], stacks=True)
+        suite_arcface.run(*args, job["profile_steps"], job["device"], flops=False, profiler=prof)
+        result["profile"] = dataclasses.asdict(prof.summary())
+    return result
+
+
+def measure(job: dict, out: Path) -> dict:
+    """The job's figures, or an error line naming the row and why (the suite prints it and goes on)."""
+    from bench_train import make_batches
+    from suite_measure import failure
+
+    from elasticface.utils.console import quiet_library_noise
+
+    quiet_library_noise()
+    quiet_lightning()
+    try:
+        batches = make_batches(job["batch"], 112, job["layer"]["classes"], job["device"])
+        if job["side"] == "template":
+            result = template_side(job, batches, out)
+        else:
+            result = arcface_side(job, batches)
+    except Exception as exc:  # noqa: BLE001 - one line for the row; the suite measures the others
+        result = {"error": failure(exc, what(job))}
+    result["pid"] = os.getpid()
+    return result
+
+
+def quiet_lightning() -> None:
+    """Lightning's per-fit chatter (accelerator lines, "no val_dataloader", logging interval) would bury the table."""
+    import logging
+    import warnings
+
+    for name in ("pytorch_lightning", "lightning_fabric"):
+        logging.getLogger(name).setLevel(logging.WARNING)
+    warnings.filterwarnings("ignore", module=r"pytorch_lightning\.")
+
+
+def main(argv: list[str]) -> int:
+    job_file, result_file = argv
+    job = json.loads(Path(job_file).read_text())
+    os.environ.setdefault("WANDB_MODE", "offline")
+    result = measure(job, Path(job["out_dir"]))
+    Path(result_file).write_text(json.dumps(result, default=str))
+    import torch
+
+    if torch.distributed.is_initialized():
+        torch.distributed.destroy_process_group()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))
