@@ -93,6 +93,8 @@ def test_recipe_applies_with_weights_only_and_each_part_switches_off(tiny_cfg, t
     scratch = tiny_cfg().model
     assert [scratch[k] for k in keys] == [False, 0, 0.0, 1.0, False]
     recipe = tiny_cfg(f"weights={_tiny_file(tmp_path)}").model
+    # the recipe chosen on CFP (docs/finetune.md): imprinted centres, everything else as plain fine-tuning
+    assert [recipe[k] for k in keys] == [True, 0, 0.0, 1.0, False]
     for key in keys:  # the first argument of ${if_weights:A,B}
         with_weights = unresolved[key].split(":", 1)[1].split(",")[0]
         assert str(recipe[key]).lower() == with_weights.lower(), key

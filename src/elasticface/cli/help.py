@@ -51,6 +51,7 @@ HIDDEN = {
     "paper_row": "one row of the paper's tables, chosen by hparams_search=paper_table1/2",
     "lfw_row": "one row of the LFW fold-10 benchmark, chosen by hparams_search=lfw_fold10",
     "lfw_remedy": "one remedy of the LFW remedy table, chosen by hparams_search=lfw_fold10_remedies",
+    "finetune_row": "one row of the fine-tuning table, chosen by hparams_search=cfp_finetune",
 }
 WIDTH = 110
 #: Hydra's flags that take the next argument as their value (not a group name)
