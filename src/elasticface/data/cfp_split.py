@@ -18,12 +18,11 @@ byte, in an order whose 10 contiguous folds each hold the same number of same an
 
 from __future__ import annotations
 
-import shutil
 import sys
 from pathlib import Path
 from typing import Callable, Sequence
 
-from elasticface.data.lfw_split import _aligned_jpeg, protocol_order
+from elasticface.data.lfw_split import _aligned_jpeg, protocol_order, write_train_folder
 from elasticface.data.pair_files import write_bin
 from elasticface.data.pair_lists import cfp_folds
 
@@ -127,20 +126,10 @@ def split_cfp(cfp_dir: str | Path, faces: str | Path, out: str | Path, test_spli
         report[f"{name}_pairs"] = len(issame)
         report[f"{name}_pairs_dropped"] = dropped
 
-    train_root = out / "train"
-    if train_root.exists():
-        raise FileExistsError(f"{train_root} exists; remove it or choose another output folder")
-    copied, without = 0, 0
-    for who in train_people:
-        photos = photo_order(list((faces / who).glob("*/*.jpg")))[:train_photos]
-        if not photos:
-            say(f"{faces / who}: no aligned face of training person {who}; left out of training")
-            without += 1
-            continue
-        (train_root / who).mkdir(parents=True)
-        for photo in photos:
-            shutil.copyfile(photo, train_root / who / f"{photo.parent.name}_{photo.name}")
-        copied += len(photos)
+    copied, without = write_train_folder(
+        out, train_people, lambda who: photo_order(list((faces / who).glob("*/*.jpg")))[:train_photos],
+        lambda photo: f"{photo.parent.name}_{photo.name}",
+        lambda who: f"{faces / who}: no aligned face of training person {who}", say)
     for name, (images, issame) in bins.items():
         write_bin(str(out / f"{name}.bin"), images, issame)
     return {"train_identities": len(train_people) - without, "train_images": copied,

@@ -21,7 +21,7 @@ import shutil
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Callable, Iterable, Sequence
 
 from PIL import Image
 
@@ -195,23 +195,33 @@ def split_lfw(faces: str | Path, pairs_file: str | Path, out: str | Path, test_f
             f"above): {set_name}.bin holds {len(issame)} pairs, not the protocol's {len(test)}, so its "
             f"accuracy is not comparable with published LFW figures")
 
-    train_root = out / "train"
-    if train_root.exists():
-        raise FileExistsError(f"{train_root} exists; remove it or choose another output folder")
-    copied, missing = 0, 0
-    for name in train_people:
-        files = sorted(f for f in (faces / name).glob("*") if f.suffix.lower() in IMAGE_SUFFIXES) \
-            if (faces / name).is_dir() else []
-        if not files:
-            say(f"{faces / name}: no aligned face of {name} (a training person); left out of training")
-            missing += 1
-            continue
-        (train_root / name).mkdir(parents=True)
-        for f in files:
-            shutil.copyfile(f, train_root / name / f.name)
-        copied += len(files)
+    copied, missing = write_train_folder(
+        out, train_people, lambda name: sorted(f for f in (faces / name).glob("*") if f.suffix.lower() in
+                                               IMAGE_SUFFIXES) if (faces / name).is_dir() else [],
+        lambda photo: photo.name, lambda name: f"{faces / name}: no aligned face of {name} (a training person)", say)
     write_bin(str(out / f"{set_name}.bin"), images, issame)
     return {"train_identities": len(train_people) - missing, "train_images": copied,
             "train_people_without_images": missing, "train_people_in_test_fold": len(named & test_people),
             "test_pairs": len(issame), "test_matched": sum(issame), "test_pairs_dropped": dropped}
 
+
+def write_train_folder(out: Path, people: Iterable[str], photos_of: Callable[[str], list[Path]],
+                       saved_as: Callable[[Path], str], no_face: Callable[[str], str],
+                       say: Callable[[str], None]) -> tuple[int, int]:
+    """`out/train/<person>/` with each training person's photos copied (as `saved_as` names them); a person without
+    one is named (`no_face`) and left out. Returns (photos copied, people left out)."""
+    train_root = out / "train"
+    if train_root.exists():
+        raise FileExistsError(f"{train_root} exists; remove it or choose another output folder")
+    copied, left_out = 0, 0
+    for person in people:
+        photos = photos_of(person)
+        if not photos:
+            say(f"{no_face(person)}; left out of training")
+            left_out += 1
+            continue
+        (train_root / person).mkdir(parents=True)
+        for photo in photos:
+            shutil.copyfile(photo, train_root / person / saved_as(photo))
+        copied += len(photos)
+    return copied, left_out
