@@ -264,3 +264,11 @@ def test_summary_gives_start_end_and_change_per_set():
                "output_dir": "out"}
     text = format_summary(summary)
     assert "loaded weights   89.00%   change +4.00" in text and "loaded weights   99.50%   change -0.10" in text
+
+
+def test_no_head_only_phase_needs_no_epoch_length_and_a_phase_does():
+    from elasticface.finetune.head_only import head_only_steps
+
+    assert head_only_steps(0.0, float("inf"), 6) == 0  # a step-bounded run whose epochs Lightning cannot count
+    with pytest.raises(ValueError, match=r"model.head_only_epochs=1: this run's epochs have no known length"):
+        head_only_steps(1.0, float("inf"), 6)
