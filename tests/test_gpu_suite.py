@@ -290,6 +290,48 @@ def test_the_profiler_names_where_the_host_waits_and_leaves_annotation_ranges_ou
     assert busy_us([(20.0, 25.0), (0.0, 10.0), (5.0, 15.0), (6.0, 7.0)]) == 20.0
 
 
+def test_a_profile_s_busy_share_is_of_a_window_without_stacks_and_its_wait_sites_of_one_with(suite_in_process,
+                                                                                               monkeypatch):
+    """Recording Python stacks slowed an H200's compiled template step from 85 to 911 ms, so the busy share of such
+    a window is the profiler's, not the step's: the suite takes the figures without stacks, the wait sites with."""
+    import suite_job
+    import suite_profile
+    import torch
+
+    made = []
+
+    class Recorded(suite_profile.WindowProfiler):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            made.append(self)
+
+    monkeypatch.setattr(suite_profile, "WindowProfiler", Recorded)
+    a = torch.randn(64, 64)
+
+    def reads_back(prof):
+        prof.start()
+        for _ in range(2):
+            (a @ a).sum().item()
+        prof.stop()
+        return len(made)
+
+    summary, returned = suite_job.two_pass_profile({"device": "cpu", "profile_steps": 2}, reads_back)
+    assert [p.stacks for p in made] == [False, True] and returned == 1  # what the first pass's run returned
+    assert summary.window_ms == made[0].window_ms and made[0].summary().wait_sites == []
+    (site,) = summary.wait_sites
+    assert site["site"].endswith(": reads_back") and site["per_step"] == 1.0
+
+
+def test_a_stopped_gpu_call_keeps_the_jobs_it_measured(tmp_path):
+    """The device tool's limit stops a call with SIGTERM: on an H200 the first call lost every job's result that
+    way (the tarball was its last line)."""
+    out = tmp_path / "out"
+    env = {**os.environ, "PYTHON": sys.executable, "TINY": "1", "PARTS": "suite profile suite_train_size"}
+    proc = subprocess.run(["timeout", "8", "bash", str(ROOT / "benchmarks" / "gpu_call.sh"), str(out)], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=120, env=env)
+    assert proc.returncode == 124 and re.search(r"^gpu_call: stopped after \d+ s$", proc.stdout, re.M), proc.stdout
+    assert subprocess.run(["tar", "tzf", str(out / "jobs.tar.gz")], capture_output=True).returncode == 0
+
 
 @pytest.mark.slow  # the prepared GPU call at tiny sizes: the suite at the run's class count, then train.py as typed
 def test_the_prepared_gpu_call_measures_the_path_users_run_against_the_suite_row(tmp_path):
