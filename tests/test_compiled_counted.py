@@ -8,13 +8,18 @@ counting is tested in seconds on a CPU (`model.compile_backend`); the GPU suite 
 
 from __future__ import annotations
 
+import json
 import logging
+import os
+import subprocess
+import sys
 
 import pytest
 import pytorch_lightning as pl
 import torch
 
 import elasticface.training as training
+from conftest import ROOT
 from elasticface.backbones.weights import backbone_state_dict
 from elasticface.utils.speed import CompiledCalls, compile_in_place
 
@@ -98,3 +103,35 @@ def test_an_unknown_compile_backend_is_one_line(tiny_cfg):
     with pytest.raises(Exception, match=r"model.compile_backend='inductr': expected inductor \(the default\) or "
                                          "another backend dynamo registers"):
         training.build_module(tiny_cfg("model.compile_backend=inductr"), num_classes=8)
+
+
+def test_every_module_compiled_in_one_process_runs_compiled():
+    """dynamo counts compilations per code object: without its caches emptied, the 9th module of one class
+    compiled in a process (a multirun's 5th job, in Hydra's basic launcher) ran eagerly. An earlier module,
+    called again after later ones were compiled, runs compiled too."""
+    x = torch.randn(2, 4)
+    modules, counters = [], []
+    for _ in range(12):
+        module = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU())
+        counters.append(compile_in_place(module, "eager"))
+        module(x)
+        modules.append(module)
+    assert [c.calls for c in counters] == [1] * 12
+    modules[0](x)
+    assert counters[0].calls == 2
+
+
+@pytest.mark.slow  # six training jobs in one process: about a minute on 2 cores
+def test_every_job_of_a_multirun_trains_compiled(tmp_path):
+    """As typed: a sweep of six heads in Hydra's basic launcher (one process); the 5th job trained eagerly."""
+    heads = ["arcface", "cosface", "elastic_arc", "elastic_arc_plus", "elastic_cos", "softmax"]
+    out = subprocess.run([sys.executable, str(ROOT / "train.py"), "-m", "debug=tiny", "backbone=toy",
+                          "data.image_size=16", f"head={','.join(heads)}", "model.compile=true",
+                          "model.compile_backend=eager", "logger=[]"], cwd=tmp_path, capture_output=True, text=True,
+                         env={**os.environ, "OMP_NUM_THREADS": "1"}, timeout=900)
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-3000:]
+    summaries = [json.loads(p.read_text()) for p in (tmp_path / "logs").rglob("summary.json")]
+    assert sorted(s["head"] for s in summaries) == heads
+    assert all(s["compiled"] is True and s["compiled_steps"]["eager"] == 0 for s in summaries), \
+        [(s["head"], s["compiled_steps"]) for s in summaries]
+    assert "EAGERLY" not in out.stdout + out.stderr

@@ -103,7 +103,17 @@ def check_compile_backend(name: object) -> str:
 
 def compile_in_place(module: nn.Module, backend: str = "inductor") -> CompiledCalls:
     """torch.compile `module` in place (its state_dict keeps its names, no `_orig_mod.`), with eager's random
-    numbers, from an inductor cache of this CPU's vector ISA; the returned counter says what ran compiled."""
+    numbers, from an inductor cache of this CPU's vector ISA; the returned counter says what ran compiled.
+
+    dynamo's in-memory caches are emptied first, as a new process would have them: they count compilations per
+    code object, so every module of one class compiled in a process adds to the same count, and at dynamo's
+    recompile limit (8) the next one runs eagerly with a warning. Hydra's basic launcher runs a multirun's jobs
+    in one process: the 5th job of `train.py -m head=a,b,c,d,e model.compile=true` trained eagerly. A module
+    compiled earlier in the process still runs compiled: dynamo traces it again at its next call (inductor's
+    cache on disk stays)."""
+    import torch._dynamo
+
+    torch._dynamo.reset()
     use_inductor_cache_of_this_isa()
     counter = CompiledCalls(backend)
     module.compile(backend=counter)
