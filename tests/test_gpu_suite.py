@@ -21,10 +21,11 @@ TINY = ["--device", "cpu", "--backbones", "tiny", "--batches", "8", "--full-clas
 
 
 def suite(args: list[str], tmp_path) -> tuple[subprocess.CompletedProcess, dict]:
+    """The suite as typed; its ~16 processes take minutes on 2 cores, more on a loaded machine."""
     out = tmp_path / "suite.json"
     env = {**os.environ, "PYTHON": sys.executable, "WANDB_MODE": "offline"}
     proc = subprocess.run(["bash", str(SCRIPT), *args, "--json", str(out)], cwd=tmp_path, capture_output=True,
-                          text=True, timeout=300, env=env)
+                          text=True, timeout=1200, env=env)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return proc, json.loads(out.read_text())
 

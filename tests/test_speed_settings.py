@@ -194,6 +194,7 @@ def test_compile_cpu_reads_the_kernel_level_torch_runs(tmp_path):
     assert out.returncode == 0 and out.stdout.strip() == "False", out.stderr[-2000:]
 
 
+@pytest.mark.slow  # inductor compiles its ISA probes afresh in each process: half a minute on 2 cores
 def test_each_vector_isa_compiles_into_its_own_inductor_cache(tmp_path):
     """inductor's cache key leaves the vector ISA out: an AVX2 and an AVX-512 process sharing one
     TORCHINDUCTOR_CACHE_DIR get folders of their own under it, named for what inductor picks, and asking twice
