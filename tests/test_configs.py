@@ -114,6 +114,7 @@ def test_bad_numbers_fail_before_any_data_is_read_naming_the_key(override, messa
         run(tiny_cfg(override))
 
 
+@pytest.mark.slow  # a debug=default run as typed
 def test_callbacks_none_with_debug_default_trains(tmp_path):
     """`debug=default callbacks=none` crashed on a half-built progress-bar node (`on_exception`)."""
     out = subprocess.run([sys.executable, str(ROOT / "train.py"), "debug=default", "callbacks=none",

@@ -122,6 +122,7 @@ def _load_in_a_sweep_job(num_workers: int) -> list[int]:
     return [int(x) for batch in loader for x in torch.as_tensor(batch)]
 
 
+@pytest.mark.slow  # a joblib sweep as typed
 def test_loader_workers_start_inside_a_joblib_sweep_job():
     """loky makes itself the default start method in its workers, and cannot start a DataLoader's workers
     ('Process' object has no attribute 'env'): every launcher=joblib run with data.num_workers > 0 failed."""

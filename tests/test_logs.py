@@ -113,6 +113,7 @@ def test_the_bar_draws_only_on_a_terminal_with_a_width():
         assert not bar_can_draw(w) and not bar_can_draw(r)
 
 
+@pytest.mark.slow  # make test runs the README's make train; bar_can_draw holds the rule
 def test_make_train_on_a_terminal_of_zero_columns(tmp_path, user_env):
     """`make train`'s command (its defaults: worker processes, the model summary, a line every 10 steps) at a small
     size, from a fresh folder, on a terminal that reports no width (some CI runners, `script`): the bar cannot draw
@@ -210,6 +211,7 @@ def test_print_config_takes_short_full_or_false(tiny_cfg, capsys):
     assert "├── task_name: train" in tree and "data (synthetic)" in tree and "head=elastic_arc" in tree
 
 
+@pytest.mark.slow  # test_print_config_takes_short_full_or_false holds the rule
 def test_an_unknown_print_config_is_one_line_exit_2(tmp_path):
     out = subprocess.run([sys.executable, str(ROOT / "train.py"), "extras.print_config=tree"], cwd=tmp_path,
                          capture_output=True, text=True, timeout=300)

@@ -116,6 +116,7 @@ def test_a_run_logs_where_a_margin_head_stands_each_logging_step(tiny_cfg, tmp_p
     assert all(0.0 <= float(r["train/theta_y_mean_deg"]) <= 180.0 for r in step_rows)
 
 
+@pytest.mark.slow  # the command as typed; the in-process test above holds the rule
 def test_bad_schedule_stops_the_command_before_the_first_step(tmp_path):
     cmd = [sys.executable, str(ROOT / "train.py"), *TINY, "margin_schedule=warmup", "margin_schedule.steps=1000"]
     out = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=300)

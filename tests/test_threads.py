@@ -119,6 +119,7 @@ def test_parallel_sweep_jobs_share_the_node(tmp_path):
     assert choose_threads("auto", processes=processes_sharing_cores(cfg), cores=12, environ={}).threads == 2
 
 
+@pytest.mark.slow  # test_zero_negative_or_not_whole_is_refused... holds the rule
 def test_train_command_refuses_zero_threads_before_reading_data(tmp_path):
     """What the user types: `python train.py trainer.threads=0` stops at once, naming the key."""
     env = {k: v for k, v in os.environ.items() if k != "OMP_NUM_THREADS"}

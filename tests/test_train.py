@@ -56,6 +56,7 @@ def test_resume_continues_step_count_optimizer_and_margin_rng(tiny_cfg, tmp_path
     assert final["optimizer_states"][0]["state"], "momentum buffers are saved"
 
 
+@pytest.mark.slow  # a 4-job sweep as typed; make test runs the README's sweep verbatim
 def test_multirun_four_jobs_each_in_its_own_directory(tmp_path):
     """As a user types it, from a fresh working directory: the sweep lands in ./logs/train/multiruns/<time>."""
     overrides = TINY + ["trainer.max_steps=2", "trainer.max_epochs=1"]
