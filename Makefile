@@ -54,11 +54,11 @@ install: $(STAMP)
 train: $(STAMP)
 	WANDB_SILENT=true $(PY) $(ROOT)train.py $(ARGS)
 
-# two workers, one per core of the 2-core machines the suite must fit in 5 minutes (a target). Measured on a 2-core AMD
-# EPYC: 3 min 44 s idle (1,236 tests, torch's AVX2 kernels); 13 min 37 s while other jobs shared both cores (1,295
-# tests, load average 3.8-5.7 with the suite's own two workers). docs/testing.md names both runs
+# two workers, one per core of the 2-core machines the suite must fit in 5 minutes (a target). Work stealing: with
+# xdist's default scheduling one worker sat idle at the end (measured on a 2-core AMD EPYC, idle, 1,316 tests:
+# 5 min 18 s by default, 4 min 22 s with --dist worksteal). docs/testing.md names the runs
 test: $(STAMP)
-	cd $(ROOT) && $(PY) -m pytest -n 2 -m "not slow and not gpu and not cluster" -q
+	cd $(ROOT) && $(PY) -m pytest -n 2 --dist worksteal -m "not slow and not gpu and not cluster" -q
 
 # The fast suite under the thread counts, SIMD kernels and test orders other machines give it (docs/testing.md);
 # not part of `make test`. Not every combination: each axis is covered by at least one cell:
@@ -98,7 +98,7 @@ test-all: $(STAMP)
 	cd $(ROOT) && SLURM_CONF=$(SLURM_STATE)/slurm.conf $(PY) -m pytest -q $(if $(CLUSTER_UP),,-m "not cluster")
 
 test-slow: $(STAMP)
-	cd $(ROOT) && SLURM_CONF=$(SLURM_STATE)/slurm.conf $(PY) -m pytest -n 2 -m "slow$(if $(CLUSTER_UP), or cluster)" -q
+	cd $(ROOT) && SLURM_CONF=$(SLURM_STATE)/slurm.conf $(PY) -m pytest -n 2 --dist worksteal -m "slow$(if $(CLUSTER_UP), or cluster)" -q
 
 slurm-up:
 	@$(SLURM) up
