@@ -54,9 +54,9 @@ install: $(STAMP)
 train: $(STAMP)
 	WANDB_SILENT=true $(PY) $(ROOT)train.py $(ARGS)
 
-# two workers, one per core of the 2-core machines the suite must fit in 5 minutes (a target). Work stealing: with
-# xdist's default scheduling one worker sat idle at the end (measured on a 2-core AMD EPYC, idle, 1,316 tests:
-# 5 min 18 s by default, 4 min 22 s with --dist worksteal). docs/testing.md names the runs
+# two workers, one per core of the 2-core machines the suite must fit in 5 minutes (a target). Work stealing
+# balances them (measured on a 2-core AMD EPYC, idle, 1,316 tests: 5 min 18 s with xdist's default scheduling,
+# 4 min 22 s with --dist worksteal; one run each). docs/testing.md names the runs
 test: $(STAMP)
 	cd $(ROOT) && $(PY) -m pytest -n 2 --dist worksteal -m "not slow and not gpu and not cluster" -q
 
