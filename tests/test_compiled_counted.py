@@ -53,7 +53,7 @@ def test_a_run_stays_compiled_through_baselines_validation_and_checkpoints_until
     try:
         with caplog.at_level(logging.WARNING, logger="elasticface.module"):
             summary = training.run(tiny_cfg(*COUNTED, "trainer.max_epochs=3", f"weights={released_weights}",
-                                            "eigenface_baseline=true"))
+                                            "eigenface_baseline=true", "pixel_baseline=true"))
     finally:
         training.required_callbacks = build
         torch.compiler.set_stance("default")

@@ -190,10 +190,12 @@ def test_unknown_timm_model_name_suggests_close_matches(tiny_cfg):
 def test_a_value_left_mandatory_is_named_at_start_up():
     """`???` (a data root) stops the run before anything is read, naming the key (cfg.get() reads it as None);
     a fine-tune config without the file it starts from likewise."""
+    from elasticface.finetune.config import resolve
     from elasticface.utils.config import validate_top_level
 
     with pytest.raises(ValueError, match=r"^data\.root: this config needs a value; .* e\.g\. data\.root=\.\.\."):
         validate_top_level(compose_train(["data=folder"]))
-    with pytest.raises(ValueError, match=r"^model\.freeze_backbone_bn=true keeps .* no weights= names the file"):
-        validate_top_level(compose_train(["experiment=lfw_y1_finetune", "data.root=lfw_split"]))
-    validate_top_level(compose_train(["experiment=lfw_y1_finetune", "data.root=lfw_split", "weights=y1.params"]))
+    with pytest.raises(ValueError, match=r"^finetune\.freeze_backbone_bn=true keeps .* no weights= names the file"):
+        resolve(compose_train(["experiment=lfw_y1_finetune", "data.root=lfw_split"]))
+    y1 = Path(__file__).parent / "data" / "mxnet" / "y1" / "model-0000.params"
+    assert resolve(compose_train(["experiment=lfw_y1_finetune", "data.root=lfw_split", f"weights={y1}"])) is not None

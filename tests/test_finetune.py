@@ -10,13 +10,14 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
 import torch
-from omegaconf import OmegaConf
 
 from elasticface.backbones.weights import WeightsError
+from elasticface.cli.compose import compose_train
 
 sys.path.insert(0, str(Path(__file__).parent))
 from helpers.images import smooth_jpeg  # noqa: E402
@@ -87,20 +88,35 @@ def test_embedding_size_on_the_command_line_that_differs_from_the_file_is_refuse
 
 
 def test_recipe_applies_with_weights_only_and_each_part_switches_off(tiny_cfg, tmp_path):
+    """weights= selects finetune=recipe: the settings docs/finetune.md measured, each one overridable, and
+    finetune=none keeps the from-scratch ones."""
     keys = ("imprint_centers", "head_only_epochs", "l2sp_alpha", "backbone_lr_scale", "freeze_backbone_bn")
-    unresolved = OmegaConf.to_container(tiny_cfg().model, resolve=False)
-    assert all(str(unresolved[k]).startswith("${if_weights:") for k in keys), "visible in --cfg job"
-    scratch = tiny_cfg().model
-    assert [scratch[k] for k in keys] == [False, 0, 0.0, 1.0, False]
-    recipe = tiny_cfg(f"weights={_tiny_file(tmp_path)}").model
-    # the recipe chosen on CFP (docs/finetune.md): imprinted centres, everything else as plain fine-tuning
-    assert [recipe[k] for k in keys] == [True, 0, 0.0, 1.0, False]
-    for key in keys:  # the first argument of ${if_weights:A,B}
-        with_weights = unresolved[key].split(":", 1)[1].split(",")[0]
-        assert str(recipe[key]).lower() == with_weights.lower(), key
-    off = tiny_cfg(f"weights={_tiny_file(tmp_path)}", "model.imprint_centers=false", "model.head_only_epochs=0",
-                   "model.l2sp_alpha=0", "model.backbone_lr_scale=1", "model.freeze_backbone_bn=false").model
-    assert [off[k] for k in keys] == [False, 0, 0, 1, False]
+    scratch = tiny_cfg()
+    assert [scratch.finetune[k] for k in keys] == [False, 0, 0.0, 1.0, False]
+    weights = f"weights={_tiny_file(tmp_path)}"
+    recipe = tiny_cfg(weights)
+    # the recipe measured on CFP (docs/finetune.md): imprinted centres, s = 64, lr 0.01, batch 64, 4 epochs
+    assert [recipe.finetune[k] for k in keys] == [True, 0, 0.0, 1.0, False]
+    assert (recipe.scale, recipe.s, recipe.optimizer.lr) == ("head", 64.0, 0.01)
+    assert (scratch.scale, scratch.optimizer.lr) == ("class_count", 0.1)
+    typed_alone = compose_train([weights, "data=folder_bin", "data.root=faces"])  # no debug mode to shorten it
+    assert (typed_alone.data.batch_size, typed_alone.trainer.max_epochs, typed_alone.model.compile,
+            typed_alone.model.channels_last) == (64, 4, "auto", "auto")
+    typed = tiny_cfg(weights, "optimizer.lr=0.05", "trainer.max_epochs=2", "finetune.imprint_centers=false")
+    assert (typed.optimizer.lr, typed.trainer.max_epochs, typed.finetune.imprint_centers) == (0.05, 2, False)
+    off = tiny_cfg(weights, "finetune=none")
+    assert off.optimizer.lr == scratch.optimizer.lr and off.scale == "class_count" and not off.finetune.imprint_centers
+
+
+def test_weights_select_the_recipe_on_the_command_line_as_typed():
+    from elasticface.finetune.config import with_recipe
+
+    assert with_recipe(["weights=a.pth", "seed=1"]) == ["weights=a.pth", "finetune=recipe", "seed=1"]
+    assert with_recipe(["-m", "weights=a.pth,b.pth", "--cfg", "job"])[:3] == ["-m", "weights=a.pth,b.pth",
+                                                                              "finetune=recipe"]
+    for unchanged in (["seed=1"], ["weights=null"], ["weights="], ["weights=a.pth", "finetune=none"],
+                      ["weights=a.pth", "~finetune"], ["weights=a.pth", "+finetune=recipe"]):
+        assert with_recipe(unchanged) == unchanged
 
 
 # -- imprinting ----------------------------------------------------------------------------------------------------
@@ -145,7 +161,7 @@ def test_imprinting_a_class_without_a_training_image_is_refused(tmp_path):
         for k in range(n):
             (tmp_path / who / f"{k}.jpg").write_bytes(smooth_jpeg(10 * ord(who) + k))
     faces = ImageFolderFaces(str(tmp_path))
-    with pytest.raises(ValueError, match=r"^model.imprint_centers=true: class 1 \(b\) has no training image") as err:
+    with pytest.raises(ValueError, match=r"^finetune.imprint_centers=true: class 1 \(b\) has no training image") as err:
         class_means(torch.nn.Flatten(), faces, faces.num_classes)
     assert "\n" not in str(err.value)
 
@@ -154,22 +170,25 @@ def test_imprinting_a_class_without_a_training_image_is_refused(tmp_path):
 
 
 def test_l2sp_adds_alpha_times_the_distance_to_the_start_to_the_backbones_gradient(tiny_cfg, tmp_path):
+    from elasticface.finetune.phases import FineTuning
     from elasticface.training import build_module
 
     alpha = 0.3
-    model = build_module(tiny_cfg(f"weights={_tiny_file(tmp_path)}", f"model.l2sp_alpha={alpha}"), num_classes=8)
-    model.keep_start_weights()
+    cfg = tiny_cfg(f"weights={_tiny_file(tmp_path)}", f"finetune.l2sp_alpha={alpha}")
+    model = build_module(cfg, num_classes=8)
+    tuning = FineTuning(**cfg.finetune)
+    tuning.setup(None, model, "fit")  # the start: the backbone's weights as loaded
     start = {n: p.detach().clone() for n, p in model.backbone.named_parameters()}
     with torch.no_grad():
         for p in model.backbone.parameters():
             p.add_(torch.randn_like(p) * 0.01)
     model.backbone.zero_grad()
-    model.start_point.penalty(model.backbone, alpha).backward()
+    penalty = tuning.start_point.pull(model.backbone, alpha, penalty=True)
     trained = [(n, p) for n, p in model.backbone.named_parameters() if p.requires_grad]  # not the fixed BN scale
     for name, p in trained:
         torch.testing.assert_close(p.grad, alpha * (p.detach() - start[name]), rtol=1e-5, atol=1e-7)
     expected = 0.5 * alpha * sum(float(((p.detach().double() - start[n].double()) ** 2).sum()) for n, p in trained)
-    assert float(model.start_point.penalty(model.backbone, alpha)) == pytest.approx(expected, rel=1e-5)
+    assert float(penalty) == pytest.approx(expected, rel=1e-5)
     groups = model.param_groups()
     assert groups[0]["name"] == "backbone" and groups[0]["weight_decay"] == 0.0, "L2-SP replaces weight decay"
     assert "weight_decay" not in groups[1], "the centres keep the optimizer's"
@@ -177,11 +196,11 @@ def test_l2sp_adds_alpha_times_the_distance_to_the_start_to_the_backbones_gradie
 
 
 def test_l2sp_without_weights_is_refused_before_data(tiny_cfg):
-    from elasticface.utils.config import validate_top_level
+    from elasticface.finetune.config import resolve
 
-    with pytest.raises(ValueError, match=r"^model.l2sp_alpha=0.01 pulls the backbone toward the weights .* no "
+    with pytest.raises(ValueError, match=r"^finetune.l2sp_alpha=0.01 pulls the backbone toward the weights .* no "
                                          r"weights= names the file"):
-        validate_top_level(tiny_cfg("model.l2sp_alpha=0.01"))
+        resolve(tiny_cfg("finetune.l2sp_alpha=0.01"))
 
 
 # -- the head-only phase ----------------------------------------------------------------------------------------
@@ -193,7 +212,7 @@ def test_head_only_phase_holds_the_backbone_as_loaded_then_trains_it(tiny_cfg, t
     from elasticface.training import run
 
     path = _tiny_file(tmp_path)
-    cfg = tiny_cfg(f"weights={path}", "model.head_only_epochs=1", "model.freeze_backbone_bn=false",
+    cfg = tiny_cfg(f"weights={path}", "finetune.head_only_epochs=1", "finetune.freeze_backbone_bn=false",
                    "trainer.max_epochs=2", "logger=[]", "pixel_baseline=false", "checkpoint.every_n_steps=2",
                    "start_baseline=false")
     summary = run(cfg)
@@ -212,26 +231,31 @@ def test_head_only_phase_holds_the_backbone_as_loaded_then_trains_it(tiny_cfg, t
 
 
 def test_head_only_step_leaves_the_backbone_without_gradients(tiny_cfg, tmp_path):
+    from elasticface.finetune.phases import FineTuning
     from elasticface.training import build_module
 
-    model = build_module(tiny_cfg(f"weights={_tiny_file(tmp_path)}", "model.head_only_epochs=1"), num_classes=8)
-    model._head_only_steps = 1
+    cfg = tiny_cfg(f"weights={_tiny_file(tmp_path)}", "finetune.head_only_epochs=1")
+    model = build_module(cfg, num_classes=8)
+    tuning = FineTuning(**cfg.finetune)
+    tuning.head_only_steps = 1
+    tuning.on_train_batch_start(SimpleNamespace(global_step=0), model, None, 0)
     images = torch.rand(4, 3, 112, 112) * 2 - 1
-    loss = model.training_step((images, torch.tensor([0, 1, 2, 3])), 0)
-    loss.backward()
+    model.training_step((images, torch.tensor([0, 1, 2, 3])), 0)["loss"].backward()
     assert not model.backbone.training
     assert all(p.grad is None for p in model.backbone.parameters())
     assert model.centers.weight.grad is not None and model.centers.weight.grad.abs().sum() > 0
+    tuning.on_train_batch_start(SimpleNamespace(global_step=1), model, None, 1)
+    assert model.backbone.training and all(p.requires_grad for p in model.backbone.parameters())
 
 
 @pytest.mark.parametrize("bound, message", [
-    ("trainer.max_epochs=2", r"model.head_only_epochs=2: the head-only phase \(2 epochs\) is not shorter than the "
+    ("trainer.max_epochs=2", r"finetune.head_only_epochs=2: the head-only phase \(2 epochs\) is not shorter than the "
                              r"run \(2 epochs\)"),
 ])
 def test_head_only_phase_as_long_as_the_run_is_refused_before_data(tiny_cfg, tmp_path, bound, message):
     from elasticface.training import run
 
-    cfg = tiny_cfg(f"weights={_tiny_file(tmp_path)}", "model.head_only_epochs=2", bound, "data=folder",
+    cfg = tiny_cfg(f"weights={_tiny_file(tmp_path)}", "finetune.head_only_epochs=2", bound, "data=folder",
                    f"data.root={tmp_path / 'no_such'}")
     with pytest.raises(ValueError, match="^" + message):
         run(cfg)
@@ -240,9 +264,9 @@ def test_head_only_phase_as_long_as_the_run_is_refused_before_data(tiny_cfg, tmp
 def test_head_only_phase_longer_than_a_step_bounded_run_is_refused_before_the_first_step(tiny_cfg, tmp_path):
     from elasticface.training import run
 
-    cfg = tiny_cfg(f"weights={_tiny_file(tmp_path)}", "model.head_only_epochs=1", "trainer.max_steps=2",
+    cfg = tiny_cfg(f"weights={_tiny_file(tmp_path)}", "finetune.head_only_epochs=1", "trainer.max_steps=2",
                    "logger=[]", "pixel_baseline=false")
-    with pytest.raises(ValueError, match=r"^model.head_only_epochs=1: the head-only phase \(3 steps\) is not shorter "
+    with pytest.raises(ValueError, match=r"^finetune.head_only_epochs=1: the head-only phase \(3 steps\) is not shorter "
                                          r"than the run \(2 steps\)"):
         run(cfg)
 
@@ -270,5 +294,5 @@ def test_no_head_only_phase_needs_no_epoch_length_and_a_phase_does():
     from elasticface.finetune.head_only import head_only_steps
 
     assert head_only_steps(0.0, float("inf"), 6) == 0  # a step-bounded run whose epochs Lightning cannot count
-    with pytest.raises(ValueError, match=r"model.head_only_epochs=1: this run's epochs have no known length"):
+    with pytest.raises(ValueError, match=r"finetune.head_only_epochs=1: this run's epochs have no known length"):
         head_only_steps(1.0, float("inf"), 6)

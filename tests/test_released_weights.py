@@ -255,7 +255,7 @@ def test_finetune_from_file_frozen_bn_and_backbone_lr(tiny_cfg, tmp_path):
     from elasticface.training import run
 
     path = _tiny_file(tmp_path, prefix="module.", seed=5)
-    cfg = tiny_cfg(f"weights={path}", "model.backbone_lr_scale=0.0", "model.freeze_backbone_bn=true",
+    cfg = tiny_cfg(f"weights={path}", "finetune.backbone_lr_scale=0.0", "finetune.freeze_backbone_bn=true",
                    "trainer.max_epochs=1", "trainer.limit_train_batches=2", "logger=[]", "pixel_baseline=false")
     summary = run(cfg)
     assert summary["weights"]["sha256"] == hashlib.sha256(Path(path).read_bytes()).hexdigest()
@@ -274,21 +274,26 @@ def test_finetune_from_file_frozen_bn_and_backbone_lr(tiny_cfg, tmp_path):
 
 
 def test_param_groups_and_frozen_bn_modes(tiny_cfg):
+    from elasticface.finetune.config import resolve
+    from elasticface.finetune.phases import FineTuning
     from elasticface.training import build_module
 
-    model = build_module(tiny_cfg("model.backbone_lr_scale=0.1", "model.freeze_backbone_bn=true"), num_classes=5)
+    cfg = tiny_cfg("finetune.backbone_lr_scale=0.1", "finetune.freeze_backbone_bn=true")
+    model = build_module(cfg, num_classes=5)
+    tuning = FineTuning(**cfg.finetune)
+    tuning.setup(None, model, "fit")  # before the optimizer is built
     groups = model.param_groups()
     lr = model.hparams.optimizer["lr"]
     assert groups[0]["lr"] == pytest.approx(0.1 * lr) and "lr" not in groups[1]
     assert {id(p) for p in groups[0]["params"]} == {id(p) for p in model.backbone.parameters()}
     assert len(groups[0]["params"]) + len(groups[1]["params"]) == len(list(model.parameters()))
     model.train()
+    tuning.on_train_epoch_start(None, model)
     bns = [m for m in model.backbone.modules() if isinstance(m, torch.nn.modules.batchnorm._BatchNorm)]
     assert bns and not any(m.training for m in bns) and model.backbone.training and model.centers.training
-    from elasticface.utils.config import validate_top_level
 
-    with pytest.raises(ValueError, match="model.backbone_lr_scale=-1"):  # at start-up, before any data is read
-        validate_top_level(tiny_cfg("model.backbone_lr_scale=-1"))
+    with pytest.raises(ValueError, match="finetune.backbone_lr_scale=-1"):  # at start-up, before any data is read
+        resolve(tiny_cfg("finetune.backbone_lr_scale=-1"))
 
 
 # -- round trips -----------------------------------------------------------------------------------------

@@ -8,24 +8,28 @@ from typing import Any
 import pytorch_lightning as pl
 from omegaconf import DictConfig, OmegaConf
 
+from elasticface.callbacks.baselines import KINDS as BASELINES, Baselines
+from elasticface.callbacks.compiled_steps import CompiledSteps
 from elasticface.callbacks.divergence import nonfinite_weights
 from elasticface.callbacks.throughput import Throughput
 from elasticface.checkpointing.run_checkpoint import RunCheckpoint
+from elasticface.finetune.config import PARTS as FINETUNE_PARTS
 from elasticface.loggers.run_names import group_choice
 from elasticface.module import FaceRecognitionModule
 
 log = logging.getLogger(__name__)
 
 
-BASELINES = ("pixel", "eigenface", "start")  # raw pixels, eigenfaces, the loaded weights before training
-#: what a fine-tune (weights=) did besides loading the file: the module's keys, recorded in summary.json
-FINETUNE_KEYS = ("imprint_centers", "head_only_epochs", "l2sp_alpha", "backbone_lr_scale", "freeze_backbone_bn")
+def _callback(trainer: pl.Trainer, kind: type) -> Any:
+    return next((c for c in trainer.callbacks if isinstance(c, kind)), None)
 
 
-def make_summary(cfg: DictConfig, trainer: pl.Trainer, model: FaceRecognitionModule,
-                 baselines: dict[str, dict[str, float]], train_seconds: float, throughput: Throughput,
+def make_summary(cfg: DictConfig, trainer: pl.Trainer, model: FaceRecognitionModule, train_seconds: float,
                  params: dict[str, Any]) -> dict[str, Any]:
-    """`baselines`: accuracy per set of each baseline the run scored, by kind (BASELINES)."""
+    """What the trainer's callbacks measured (throughput, baselines, compiled steps) beside the accuracies."""
+    throughput: Throughput = _callback(trainer, Throughput)
+    baselines: dict[str, dict[str, float]] = getattr(_callback(trainer, Baselines), "scores", {})
+    counted: CompiledSteps | None = _callback(trainer, CompiledSteps)
     metrics = {k: float(v) for k, v in trainer.callback_metrics.items() if k.startswith("val/")}
     best = float(model.best_acc_mean)
     finite = not nonfinite_weights(model)
@@ -50,8 +54,8 @@ def make_summary(cfg: DictConfig, trainer: pl.Trainer, model: FaceRecognitionMod
         "data": group_choice(cfg, "data"),
         "compile": OmegaConf.select(cfg, "model.compile", default=False),  # the setting; `compiled`: what ran
         # counted: every training step of this process called the compiled graph (docs/compile.md)
-        "compiled": model.ran_compiled,
-        "compiled_steps": {"compiled": model.steps_compiled, "eager": model.steps_eager},
+        "compiled": counted is not None and model.compiled_calls is not None and counted.ran_compiled,
+        "compiled_steps": {"compiled": getattr(counted, "compiled", 0), "eager": getattr(counted, "eager", 0)},
         "margin_schedule": _schedule_text(OmegaConf.select(cfg, "model.margin_schedule", default=None)),
         "choices": {k[len("choice/"):]: v for k, v in params.items() if k.startswith("choice/")},
         "weights_finite": finite,
@@ -65,7 +69,7 @@ def make_summary(cfg: DictConfig, trainer: pl.Trainer, model: FaceRecognitionMod
         per_set = baselines.get(kind) or {}
         summary[f"baseline/{kind}_acc"] = sum(per_set.values()) / len(per_set) if per_set else None
         summary[f"baseline/{kind}_acc_per_set"] = per_set
-    summary["finetune"] = ({key: OmegaConf.select(cfg, f"model.{key}") for key in FINETUNE_KEYS}
+    summary["finetune"] = ({key: OmegaConf.select(cfg, f"finetune.{key}") for key in FINETUNE_PARTS}
                            if cfg.get("weights") else None)
     summary["change_from_weights"] = change_from_weights(summary["val/sets"], baselines.get("start") or {})
     return summary

@@ -1,11 +1,12 @@
-"""The training job behind `python train.py`: build everything from the config, fit, write summary.json."""
+"""The training job behind `python train.py`, in four phases as `run` reads: resolve the config (every check and
+rewrite), build the data, model and trainer, fit, summarize (summary.json and the console's table)."""
 
 from __future__ import annotations
 
 import json
 import logging
-import os
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -17,21 +18,24 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
 from elasticface import batch_scaling
+from elasticface.backbones.from_weights import backbone_from_weights
+from elasticface.callbacks.baselines import Baselines
+from elasticface.callbacks.compiled_steps import CompiledSteps
 from elasticface.callbacks.progress import progress_bar
 from elasticface.callbacks.divergence import DivergenceGuard
 from elasticface.callbacks.grad_scaler import GradScalerMonitor
 from elasticface.callbacks.model_summary import ParameterSummary
 from elasticface.callbacks.run_overview import RunOverview
+from elasticface.callbacks.step_statistics import StepStatistics
 from elasticface.callbacks.throughput import Throughput
 from elasticface.checkpointing import resume
 from elasticface.checkpointing.atomic_save import AtomicCheckpointIO
 from elasticface.checkpointing.images_seen import ImagesSeen
 from elasticface.checkpointing.loader_resume import ResumeLoaderState
 from elasticface.checkpointing.preemption import Preemption
-from elasticface.data.datamodule import FaceDataModule
-from elasticface.eval.baselines import eigenface_baseline, pixel_baseline, start_weights_baseline
-from elasticface.finetune.head_only import head_only_steps
-from elasticface.finetune.imprint import imprint_centers
+from elasticface.data.datamodule import FaceDataModule, loader_workers
+from elasticface.finetune.config import StartWeights, resolve as resolve_finetune
+from elasticface.finetune.phases import FineTuning
 from elasticface.loggers.run_names import group_choice
 from elasticface.module import FaceRecognitionModule
 from elasticface.run_summary import format_summary, make_summary
@@ -47,13 +51,13 @@ from elasticface.utils.threads import apply_threads, choose_threads
 log = logging.getLogger(__name__)
 
 
-def build_module(cfg: DictConfig, num_classes: int) -> FaceRecognitionModule:
-    """`model._target_` built from the config as plain containers (they become the checkpoint's hparams);
-    `s: class_count` becomes its number for these classes."""
+def build_module(cfg: DictConfig, num_classes: int, backbone: torch.nn.Module | None = None) -> FaceRecognitionModule:
+    """`model._target_` built from the config as plain containers (they become the checkpoint's hparams), around
+    `backbone` when it is built already; `s: class_count` becomes its number for these classes."""
     model = OmegaConf.to_container(cfg.model, resolve=True)
     if model["head"].get("s") == CLASS_COUNT:
         model["head"]["s"] = class_count_scale(num_classes)
-    return instantiate(model, num_classes=num_classes, _recursive_=False, _convert_="all")
+    return instantiate(model, num_classes=num_classes, built_backbone=backbone, _recursive_=False, _convert_="all")
 
 
 def required_callbacks(cfg: DictConfig, configured: list[pl.Callback]) -> list[pl.Callback]:
@@ -66,8 +70,10 @@ def required_callbacks(cfg: DictConfig, configured: list[pl.Callback]) -> list[p
     - ImagesSeen: a resume on another global batch keeps the schedule in images seen, or warns that it jumps.
     - a progress display while `trainer.enable_progress_bar`: a log line every N steps when stdout is a file.
     - ParameterSummary while `trainer.enable_model_summary` (Lightning's own would print `Total FLOPs: 0`).
+    - StepStatistics: the training step's statistics in the logs (the loss, θ_y, margins, gradient norms).
+    - CompiledSteps: summary.json's `compiled`, counted.
 
-    configs/callbacks/default.yaml lists all but the last, so for it this adds the summary only.
+    configs/callbacks/default.yaml lists the first four, so for it this adds the rest.
     """
     def missing(kind: type) -> bool:
         return not any(isinstance(c, kind) for c in configured)
@@ -85,6 +91,10 @@ def required_callbacks(cfg: DictConfig, configured: list[pl.Callback]) -> list[p
         required.append(progress_bar(log_every_n_steps=cfg.trainer.get("log_every_n_steps") or 10))
     if cfg.trainer.get("enable_model_summary", True) and missing(ModelSummary):
         required.append(ParameterSummary())
+    if missing(StepStatistics):
+        required.append(StepStatistics())
+    if missing(CompiledSteps):
+        required.append(CompiledSteps())
     return required
 
 
@@ -111,25 +121,33 @@ def processes_sharing_cores(cfg: DictConfig) -> int:
 
 
 def set_threads(cfg: DictConfig) -> int:
-    """`trainer.threads` (auto, or a count) applied before anything is built; logs one line with the choice."""
-    choice = choose_threads(cfg.trainer.get("threads", "auto"), processes=processes_sharing_cores(cfg))
+    """`trainer.threads` (auto, or a count) applied before anything is built; logs one line with the choice. The
+    loader's `data.num_workers=auto` becomes its count for the same cores and processes."""
+    processes = processes_sharing_cores(cfg)
+    choice = choose_threads(cfg.trainer.get("threads", "auto"), processes=processes)
     apply_threads(choice)
+    if OmegaConf.select(cfg, "data.num_workers") is not None:
+        cfg.data.num_workers = loader_workers(cfg.data.num_workers, processes)
     return choice.threads
 
 
-def build_trainer(cfg: DictConfig, overview: bool = False) -> tuple[pl.Trainer, Throughput]:
-    """The trainer with the configured loggers and callbacks, plus the required ones (and the run's overview when
-    `overview`), and atomic checkpoint writes. `trainer.threads` is this project's key (set_threads), not a Lightning
-    Trainer argument."""
+def build_trainer(cfg: DictConfig, overview: bool = False, starting: list[pl.Callback] | None = None
+                  ) -> tuple[pl.Trainer, Throughput]:
+    """The trainer with the configured loggers and callbacks, plus the required ones, and atomic checkpoint writes.
+    First come the run's overview (when `overview`), the step's statistics (the progress lines print what they
+    log) and `starting` (the baselines and a fine-tune's phases: after the overview, before the first step).
+    `trainer.threads` is this project's key (set_threads), not a Lightning Trainer argument."""
     loggers = instantiate_loggers(cfg.get("logger"))
     callbacks = instantiate_callbacks(cfg.get("callbacks"),
                                       has_logger=bool(loggers) or bool(cfg.trainer.get("fast_dev_run")))
     callbacks += required_callbacks(cfg, callbacks)
+    statistics = [c for c in callbacks if isinstance(c, StepStatistics)]
+    callbacks = statistics + list(starting or []) + [c for c in callbacks if not isinstance(c, StepStatistics)]
     if overview:
-        names = {group: group_choice(cfg, group) for group in ("head", "backbone", "data", "optimizer")}
+        names = {group: group_choice(cfg, group) for group in ("head", "data", "optimizer")}
+        names["backbone"] = str(OmegaConf.select(cfg, "model.backbone.name", default=group_choice(cfg, "backbone")))
         names["scheduler"] = group_choice(cfg, "scheduler") if cfg.get("scheduler") is not None else "constant"
         callbacks.insert(0, RunOverview(cfg, names))
-    throughput = next(c for c in callbacks if isinstance(c, Throughput))
     check_world_size(cfg.trainer.get("num_nodes", 1), cfg.trainer.get("devices"))
     check_cuda_request("trainer.accelerator", cfg.trainer.get("accelerator"))
     plugins: list[Any] = [AtomicCheckpointIO()]
@@ -145,42 +163,7 @@ def build_trainer(cfg: DictConfig, overview: bool = False) -> tuple[pl.Trainer, 
     trainer_cfg["enable_model_summary"] = False  # required_callbacks adds ours in place of Lightning's
     trainer = instantiate(trainer_cfg, callbacks=callbacks, logger=loggers or False, plugins=plugins, **extra)
     check_cpu_precision(trainer.precision, isinstance(trainer.accelerator, CPUAccelerator))
-    return trainer, throughput
-
-
-def start_backbone(cfg: DictConfig) -> tuple[torch.nn.Module | None, dict[str, Any] | None]:
-    """`weights=<file>`: the backbone the file holds (its architecture and embedding size, unless the config chose
-    them: elasticface.finetune.architecture), loaded from it, and what was loaded (file, SHA-256, architecture, what
-    was skipped). Built before any data is read, so a wrong file fails at once, and under a forked random state, so
-    the run's own draws (centres, head) match a run without weights."""
-    path = cfg.get("weights")
-    if not path:
-        return None, None
-    from elasticface.backbones.weights import load_backbone_weights
-    from elasticface.finetune.architecture import fit_to_weights
-
-    state, architecture = fit_to_weights(cfg, str(path))
-    with torch.random.fork_rng(devices=[]):
-        backbone = instantiate(cfg.model.backbone)
-    report = load_backbone_weights(backbone, str(path), strict=bool(cfg.get("weights_strict", True)), state=state)
-    log.info("backbone %s starts from %s (sha256 %s, %d tensors%s)", cfg.model.backbone.get("name"), report.path,
-             report.sha256[:12], report.loaded, "" if report.strict else ", non-strict")
-    return backbone, report.as_dict() | architecture
-
-
-def check_head_only_phase(cfg: DictConfig) -> None:
-    """A head-only phase as long as an epoch-bounded run stops here, before any data is read; the module checks
-    it again in steps when fitting starts (a run bounded by trainer.max_steps)."""
-    epochs = OmegaConf.select(cfg, "model.head_only_epochs", default=0) or 0
-    if OmegaConf.select(cfg, "trainer.max_steps", default=-1) in (None, -1) and cfg.trainer.get("max_epochs"):
-        head_only_steps(float(epochs), 1, int(cfg.trainer.max_epochs), unit="epochs")
-
-
-def baseline_device(cfg: DictConfig) -> str:
-    """Where a baseline embeds before training starts: this process's GPU when the run trains on GPUs."""
-    if torch.cuda.is_available() and str(OmegaConf.select(cfg, "trainer.accelerator", default="auto")) != "cpu":
-        return f"cuda:{int(os.environ.get('LOCAL_RANK', 0))}"
-    return "cpu"
+    return trainer, next(c for c in callbacks if isinstance(c, Throughput))
 
 
 def hyperparameters(cfg: DictConfig, s: float | None) -> dict[str, Any]:
@@ -193,80 +176,104 @@ def hyperparameters(cfg: DictConfig, s: float | None) -> dict[str, Any]:
     return params
 
 
-def run(cfg: DictConfig) -> dict[str, Any]:
-    """Train one model as the config says and return (and write) its summary."""
+@dataclass
+class Job:
+    """What `build` makes from the resolved config: the data, the model and the trainer."""
+
+    datamodule: FaceDataModule
+    model: FaceRecognitionModule
+    trainer: pl.Trainer
+    weights: dict[str, Any] | None  # the file the backbone started from (None: random init)
+    params: dict[str, Any]  # the hyperparameters the loggers got
+
+
+def resolve(cfg: DictConfig) -> tuple[str | None, StartWeights | None]:
+    """Every check and rewrite of `cfg`, in one place and in this order, before anything is built or read: the
+    scale rule, the top-level values, torch's threads and the loader's workers, the lr and milestones for the global
+    batch, the fine-tune's parts and the architecture its weights file holds. Returns how the console prints (None:
+    not at all) and the weights file read."""
     check_scale(cfg)  # first: reading s resolves the scale rule
     validate_top_level(cfg)
     printing = print_config_mode(OmegaConf.select(cfg, "extras.print_config", default=False))
     quiet_library_noise()
     set_threads(cfg)
+    batch_scaling.apply(cfg)  # before anything reads optimizer.lr, the milestones or trainer.max_steps
+    start = resolve_finetune(cfg)
     if printing == "full":
         print_config_tree(cfg, group_choices())
+    return printing, start
+
+
+def build(cfg: DictConfig, start: StartWeights | None, overview: bool) -> Job:
+    """The data, the model (its backbone built once, from the weights file when there is one) and the trainer with
+    its callbacks: the overview, the baselines and the fine-tune's phases among them."""
     pl.seed_everything(cfg.seed, workers=True)
+    weights, backbone = None, None
+    if start is not None:  # before any data is read: a file that does not fit the backbone fails at once
+        backbone, report = backbone_from_weights(start.path, OmegaConf.to_container(cfg.model.backbone, resolve=True),
+                                                 cfg.model.embedding_size, strict=bool(cfg.get("weights_strict", True)),
+                                                 state=start.state)
+        log.info("backbone %s starts from %s (sha256 %s, %d tensors%s)", start.architecture["backbone"],
+                 report.path, report.sha256[:12], report.loaded, "" if report.strict else ", non-strict")
+        weights = report.as_dict() | start.architecture
+    datamodule: FaceDataModule = instantiate(cfg.data)
+    datamodule.setup("fit")
+    model = build_module(cfg, datamodule.num_classes, backbone)
+    starting: list[pl.Callback] = [Baselines(pixel=bool(cfg.get("pixel_baseline")),
+                                             eigenface=bool(cfg.get("eigenface_baseline")),
+                                             start=start is not None and bool(cfg.get("start_baseline", True)))]
+    tuning = FineTuning(**OmegaConf.to_container(cfg.finetune, resolve=True)) if cfg.get("finetune") else None
+    if tuning is not None and tuning.changes_training:
+        starting.append(tuning)
+    trainer, _ = build_trainer(cfg, overview=overview, starting=starting)
+    params = hyperparameters(cfg, model.head.s)
+    for logger in trainer.loggers:
+        logger.log_hyperparams(params)
+    return Job(datamodule, model, trainer, weights, params)
+
+
+def fit(job: Job, ckpt_path: str | None) -> float | None:
+    """Lightning's fit, and a last validation when the run stopped between two; the seconds it took, or None when
+    the run was preempted (no summary: it continues from its checkpoint)."""
+    started = time.perf_counter()
+    job.trainer.fit(job.model, datamodule=job.datamodule, ckpt_path=ckpt_path)
+    preemption = next((c for c in job.trainer.callbacks if isinstance(c, Preemption)), None)
+    if preemption is not None and preemption.preempted:
+        log.warning("preempted at step %d: not finished, no summary.json; start it again with resume=auto "
+                    "(or ckpt_path=<last.ckpt>) to continue", job.trainer.global_step)
+        return None
+    if job.datamodule.val_sets and job.model.validated_at_step != job.trainer.global_step:
+        # stopped between validations (max_steps mid-epoch, max_time): score the final weights too
+        job.trainer.validate(job.model, datamodule=job.datamodule, verbose=False)
+    return time.perf_counter() - started
+
+
+def summarize(cfg: DictConfig, job: Job, train_seconds: float) -> dict[str, Any]:
+    """summary.json (written by global rank 0) and the console's table."""
+    summary = make_summary(cfg, job.trainer, job.model, train_seconds, job.params)
+    summary["weights"] = job.weights  # the file the backbone started from, with its SHA-256 (None: random init)
+    if job.weights and "backbone" in job.weights["read_off_the_file"]:
+        summary["backbone"] = job.weights["backbone"]  # the file's architecture, not the config's default option
+    if job.trainer.is_global_zero:
+        (Path(cfg.paths.output_dir) / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
+        log.info(format_summary(summary))
+    return summary
+
+
+def run(cfg: DictConfig) -> dict[str, Any]:
+    """Train one model as the config says and return (and write) its summary: resolve, build, fit, summarize."""
+    printing, start = resolve(cfg)
     output_dir = Path(cfg.paths.output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
-
     checkpoint_dir = Path(OmegaConf.select(cfg, "callbacks.run_checkpoint.dirpath", default=None)
                           or output_dir / "checkpoints")
     ckpt_path, finished = resume.resolve(cfg.get("resume"), cfg.get("ckpt_path"), output_dir, checkpoint_dir)
     if finished is not None:
         log.info(format_summary(finished))
         return finished
-
-    batch_scaling.apply(cfg)  # before anything reads optimizer.lr, the milestones or trainer.max_steps
-    check_head_only_phase(cfg)
-    start, weights = start_backbone(cfg)
-    datamodule: FaceDataModule = instantiate(cfg.data)
-    datamodule.setup("fit")
-    model = build_module(cfg, datamodule.num_classes)
-    if start is not None:
-        model.backbone.load_state_dict(start.state_dict())
-        if model.hparams.get("l2sp_alpha"):
-            model.keep_start_weights()
-        del start
-    trainer, throughput = build_trainer(cfg, overview=printing is not None)
-    params = hyperparameters(cfg, model.head.s)
-    for logger in trainer.loggers:
-        logger.log_hyperparams(params)
-
-    baselines: dict[str, dict[str, float]] = {}
-    rank_zero = trainer.is_global_zero  # only it writes summary.json: other ranks (srun tasks) skip the baselines
-    if rank_zero and cfg.get("pixel_baseline"):
-        baselines["pixel"] = {name: pixel_baseline(pairs) for name, pairs in datamodule.val_sets.items()}
-    if rank_zero and cfg.get("eigenface_baseline") and datamodule.val_sets:
-        baselines["eigenface"] = {name: eigenface_baseline(datamodule.train_set, pairs)
-                                  for name, pairs in datamodule.val_sets.items()}
-    if rank_zero and weights is not None and cfg.get("start_baseline", True) and datamodule.val_sets:
-        # a fine-tune: where it starts, on its own pairs
-        device = baseline_device(cfg)
-        baselines["start"] = {name: start_weights_baseline(model.backbone, pairs, model.hparams.val_flip, device)
-                              for name, pairs in datamodule.val_sets.items()}
-    if baselines:
-        log.info("baselines (%s) computed on global rank %d", ", ".join(baselines), trainer.global_rank)
-    if model.hparams.get("imprint_centers") and ckpt_path is None:  # a resumed run's centres come from its checkpoint
-        started = time.perf_counter()
-        imprint_centers(model, datamodule.train_set, datamodule.val_batch_size, datamodule.image_size,
-                        baseline_device(cfg))
-        log.info("class centres imprinted: the mean of the backbone's embeddings of each of the %d classes (%.0f s)",
-                 datamodule.num_classes, time.perf_counter() - started)
-
-    started = time.perf_counter()
-    trainer.fit(model, datamodule=datamodule, ckpt_path=ckpt_path)
-    preemption = next((c for c in trainer.callbacks if isinstance(c, Preemption)), None)
-    if preemption is not None and preemption.preempted:
-        log.warning("preempted at step %d: not finished, no summary.json; start it again with resume=auto "
-                    "(or ckpt_path=<last.ckpt>) to continue", trainer.global_step)
-        return {"preempted": True, "global_step": trainer.global_step, "val/acc_mean": {"best": None, "final": None}}
-    if datamodule.val_sets and model.validated_at_step != trainer.global_step:
-        # stopped between validations (max_steps mid-epoch, max_time): score the final weights too
-        trainer.validate(model, datamodule=datamodule, verbose=False)
-    train_seconds = time.perf_counter() - started
-
-    summary = make_summary(cfg, trainer, model, baselines, train_seconds, throughput, params)
-    summary["weights"] = weights  # the file the backbone started from, with its SHA-256 (None: random init)
-    if weights and "backbone" in weights["read_off_the_file"]:
-        summary["backbone"] = weights["backbone"]  # the file's architecture, not the config's default option
-    if trainer.is_global_zero:
-        (output_dir / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
-        log.info(format_summary(summary))
-    return summary
+    job = build(cfg, start, overview=printing is not None)
+    train_seconds = fit(job, ckpt_path)
+    if train_seconds is None:
+        return {"preempted": True, "global_step": job.trainer.global_step,
+                "val/acc_mean": {"best": None, "final": None}}
+    return summarize(cfg, job, train_seconds)

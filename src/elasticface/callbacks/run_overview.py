@@ -16,6 +16,9 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 from pytorch_lightning.utilities.model_summary import get_human_readable_count
 
+from elasticface.utils.config import group_choices
+from elasticface.utils.speed import auto_layout, backbone_family
+
 log = logging.getLogger(__name__)
 
 
@@ -65,10 +68,16 @@ def length_text(trainer: pl.Trainer) -> str:
     return " = ".join(parts)
 
 
-def compile_text(setting: Any, compiled: bool, device_type: str) -> str:
-    """`auto -> eager on CPU (AVX2)`: the `model.compile` setting and what it came to on this accelerator."""
+def compile_text(setting: Any, compiled: bool, device_type: str, channels_last: bool = False, family: str = "",
+                 layout_setting: Any = None) -> str:
+    """`auto -> eager NHWC on CPU (AVX512): mobilefacenet, <why>`: the `model.compile` setting, what it came to on
+    this accelerator with the layout, and for an `auto` setting the measurement behind the choice."""
     where = f"CPU ({torch.backends.cpu.get_cpu_capability()})" if device_type == "cpu" else device_type.upper()
-    return f"{_yaml(setting)} -> {'compiled' if compiled else 'eager'} on {where}"
+    layout = " NHWC" if channels_last else ""
+    text = f"{_yaml(setting)} -> {'compiled' if compiled else 'eager'}{layout} on {where}"
+    if "auto" in (setting, layout_setting):
+        text += f" ({family or 'this backbone'}: {auto_layout(family, device_type == 'cpu').why})"
+    return text
 
 
 def run_folder(path: str) -> str:
@@ -90,14 +99,18 @@ class RunOverview(pl.Callback):
     def lines(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> list[str]:
         cfg, names = self.cfg, self.names
         backbone = getattr(pl_module, "backbone", None)
-        start = [f"starts from {cfg.get('weights')}"] if cfg.get("weights") else []
+        recipe = group_choices().get("finetune")
+        start = [f"starts from {cfg.get('weights')}" + (f", finetune={recipe}" if recipe else "")] \
+            if cfg.get("weights") else []
         size = [f"{get_human_readable_count(sum(p.numel() for p in backbone.parameters())).strip()} parameters"] \
             if backbone is not None else []
         device_type = trainer.strategy.root_device.type
         devices = f"{trainer.num_devices} {device_type}" + (f" x {trainer.num_nodes} nodes" if trainer.num_nodes > 1
                                                             else "")
         compiled = compile_text(getattr(pl_module, "compile_setting", False),
-                                getattr(pl_module, "compiled_calls", None) is not None, device_type)
+                                getattr(pl_module, "compiled_calls", None) is not None, device_type,
+                                getattr(pl_module, "channels_last", False), backbone_family(names["backbone"]),
+                                getattr(pl_module, "channels_last_setting", None))
         return [
             f"head      {head_text(cfg, names['head'], getattr(getattr(pl_module, 'head', None), 's', None))}",
             f"backbone  {names['backbone']}" + (f" ({', '.join(size + start)})" if size + start else ""),

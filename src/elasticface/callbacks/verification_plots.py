@@ -3,7 +3,7 @@
 At the end of a validation epoch, for every pair set in `pl_module.val_metrics`, an ROC figure and a
 genuine/impostor histogram go to every logger that takes images (W&B, TensorBoard); CSV and other
 loggers are skipped. Every `trainer.log_every_n_steps` training steps, the per-sample margins of the
-head (`pl_module.last_margins`) and the target angles θ_y (`pl_module.last_theta_y`, degrees) are
+head and the target angles θ_y (degrees), read from what the training step returns, are
 logged as histograms. Under DDP every rank gathers the metric states (a collective), and only rank 0
 draws and logs.
 """
@@ -16,6 +16,8 @@ import numpy as np
 import pytorch_lightning as pl
 import torch
 from pytorch_lightning.utilities import rank_zero_warn
+
+from elasticface.callbacks.step_statistics import last_margins
 
 if TYPE_CHECKING:
     from elasticface.module import FaceRecognitionModule
@@ -135,8 +137,11 @@ class VerificationPlots(pl.Callback):
         loggers = self._image_loggers(trainer)
         if not loggers:
             return
-        margins = _as_numpy(pl_module.last_margins)
-        theta = _as_numpy(pl_module.last_theta_y)
+        if not isinstance(outputs, dict):
+            return
+        out = outputs["classifier"]
+        margins = _as_numpy(last_margins(out))
+        theta = _as_numpy(out.theta_y[out.valid] if pl_module.head.normalized else None)
         for logger in loggers:
             if margins is not None:
                 log_histogram(logger, "train/margins", margins, step)

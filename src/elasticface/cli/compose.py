@@ -11,15 +11,17 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, open_dict
 
 from elasticface.cli.resolvers import register_config_code
+from elasticface.finetune.config import with_recipe
 from elasticface.utils.config import config_dir
 
 
 def compose_train(overrides: list[str], output_dir: Path | str | None = None) -> DictConfig:
-    """The training config for `overrides`; with `output_dir`, Hydra's runtime points there (outputs, checkpoints)."""
+    """The training config for `overrides` (with weights=' recipe, as train.py selects it); with `output_dir`,
+    Hydra's runtime points there (outputs, checkpoints)."""
     register_config_code()
     GlobalHydra.instance().clear()
     with initialize_config_dir(version_base="1.3", config_dir=str(config_dir())):
-        cfg = compose(config_name="train", overrides=overrides, return_hydra_config=True)
+        cfg = compose(config_name="train", overrides=with_recipe(overrides), return_hydra_config=True)
     if output_dir is not None:
         with open_dict(cfg):
             cfg.hydra.runtime.output_dir = str(output_dir)

@@ -6,6 +6,7 @@
     elasticface-convert pairs2bin pairs.txt lfw_aligned/ lfw.bin   # LFW's own pairs.txt, <Name>/<Name>_0001.jpg
     elasticface-convert pairs2bin cfp/Protocol/Split/FP cfp_aligned/ cfp_fp.bin   # CFP's protocol folder
     elasticface-convert reindex REC_ROOT                   # rebuild a lost train.idx (im2rec order)
+    elasticface-convert lowres FACES OUT_DIR --size 16-32  # the same faces at 16-32 px, blown back to 112
 
 The same command as `python -m elasticface.cli.convert`.
 """
@@ -47,6 +48,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     p = sub.add_parser("reindex", help="rebuild a missing train.idx by scanning train.rec")
     p.add_argument("rec_root")
     p.add_argument("--prefix", default="train")
+    p = sub.add_parser("lowres", help="aligned faces -> the same layout with each face shrunk to 16-32 px and blown "
+                                      "back (a low-resolution domain)")
+    p.add_argument("faces", help="a folder of aligned faces (searched recursively)")
+    p.add_argument("out_dir")
+    p.add_argument("--size", default="16-32", help="the size in pixels each face passes through, or a range the "
+                                                   "size of each is drawn from by a hash of its path (16-32)")
+    p.add_argument("--seed", type=int, default=0, help="another draw of the sizes")
+    p.add_argument("--quality", type=int, default=95)
     args = parser.parse_args(argv)
     start(parser.prog, [])
     from elasticface.data import convert  # here, so that --help answers without importing torch
@@ -58,6 +67,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         out = convert.recordio_to_folder(args.rec_root, args.out_dir, args.prefix)
     elif args.cmd == "pairs2bin":
         out = convert.pairs_to_bin(args.pairs_file, args.image_root, args.out_path, args.image_size, args.quality)
+    elif args.cmd == "lowres":
+        from elasticface.data.low_resolution import degrade_folder, parse_sizes
+
+        out = degrade_folder(args.faces, args.out_dir, parse_sizes(args.size), args.seed, args.quality)
     else:
         out = {"records": convert.rebuild_index(args.rec_root, args.prefix)}
     print(" ".join(f"{k}={v}" for k, v in out.items()))

@@ -6,12 +6,15 @@ named after this module ("train"), so its log file is `train.log` whichever way 
 
 from __future__ import annotations
 
+import sys
+
 import hydra
 from omegaconf import DictConfig
 
 from elasticface.cli.help import answer_group_help
 from elasticface.cli.preflight import one_line_errors, start
 from elasticface.cli.resolvers import register_config_code
+from elasticface.finetune.config import with_recipe
 from elasticface.utils.config import config_dir
 
 register_config_code()  # before Hydra composes: resolvers (${cwd:}, ${wandb_mode:}, ...) and the head group
@@ -28,9 +31,10 @@ def job(cfg: DictConfig) -> float | None:
 
 def main() -> None:
     """`--version`, the environment checks and `--help <group>` first (Hydra owns `--version` otherwise, and reads
-    a group name as a broken override), then the job."""
+    a group name as a broken override), then the job; `weights=<file>` selects the fine-tuning recipe."""
     start("elasticface-train")
     answer_group_help("elasticface-train")
+    sys.argv[1:] = with_recipe(sys.argv[1:])
     job()
 
 

@@ -28,6 +28,7 @@ from elasticface.data.faults import DroppedRecord, FaultLedger, too_small_to_tra
 from elasticface.data.pairs import PairSet
 from elasticface.data.transforms import BatchAugment, normalize, random_hflip, resize
 from elasticface.utils.seeding import stream_seed
+from elasticface.utils.threads import allowed_cores
 
 log = logging.getLogger(__name__)
 # torchdata 0.11 calls a torch API that torch 2.14 deprecated, once per loader: noise, not a user problem
@@ -51,6 +52,22 @@ def collate_faces(samples: Sequence[tuple[torch.Tensor, int] | DroppedRecord | N
     images = torch.stack([s[0] for s in kept])
     labels = torch.as_tensor([int(s[1]) for s in kept], dtype=torch.long)
     return images, labels, skipped, dropped
+
+
+#: the most loader workers `data.num_workers=auto` starts: decoding 112x112 JPEGs, four keep up with a GPU's step
+MAX_AUTO_WORKERS = 4
+
+
+def loader_workers(setting: int | str, processes: int = 1) -> int:
+    """`data.num_workers`: a count as given, or `auto`: the cores this process may use (affinity, cgroup quota)
+    shared among the `processes` training on them, at most MAX_AUTO_WORKERS and at least 1. More workers than
+    cores only queue, and torch's and torchdata's loaders warn about them at every epoch."""
+    if setting == "auto":
+        return max(1, min(MAX_AUTO_WORKERS, allowed_cores() // max(1, int(processes))))
+    if isinstance(setting, bool) or not isinstance(setting, int) or setting < 0:
+        raise ValueError(f"data.num_workers={setting!r}: expected auto or a count >= 0 (0 loads in the training "
+                         "process)")
+    return setting
 
 
 def worker_start_context(num_workers: int) -> Any:
@@ -80,7 +97,7 @@ class FaceDataModule(pl.LightningDataModule):
         val_sets: Callable[[], dict[str, PairSet]] | None = None,
         batch_size: int = 128,
         val_batch_size: int = 256,
-        num_workers: int = 4,
+        num_workers: int | str = "auto",
         pin_memory: bool = True,
         persistent_workers: bool = True,
         hflip: bool = True,
@@ -106,7 +123,7 @@ class FaceDataModule(pl.LightningDataModule):
         self.val_factory = val_sets
         self.batch_size = batch_size
         self.val_batch_size = val_batch_size
-        self.num_workers = num_workers
+        self.num_workers = loader_workers(num_workers)
         self.pin_memory = pin_memory and torch.cuda.is_available()
         self.persistent_workers = persistent_workers and num_workers > 0
         self.hflip = hflip

@@ -44,6 +44,9 @@ class BatchAugment:
     - `grayscale_p`: probability that an image becomes grey (the three channels equal).
     - `shift_px`: random translation by up to this many pixels, borders zero-padded (the align jitter).
     - `erasing_p`: probability of one random rectangle (2%-20% of the area) set to 0 (random erasing).
+    - `low_res_p`: probability that an image is shrunk to s x s pixels, s drawn from `low_res_px` ([lo, hi]), and
+      blown back (antialiased bilinear down, bicubic up): the low-resolution augmentation of AdaFace (Kim et al.,
+      2022), for faces from surveillance cameras (elasticface.data.low_resolution makes such a domain).
     """
 
     def __init__(
@@ -54,21 +57,29 @@ class BatchAugment:
         grayscale_p: float = 0.0,
         shift_px: int = 0,
         erasing_p: float = 0.0,
+        low_res_p: float = 0.0,
+        low_res_px: tuple[int, int] | list[int] = (16, 32),
     ) -> None:
         for key, value in (("brightness", brightness), ("contrast", contrast), ("saturation", saturation)):
             if not 0.0 <= value < 1.0:
                 raise ValueError(f"data.augment.{key}={value}: must be in [0, 1)")
-        for key, value in (("grayscale_p", grayscale_p), ("erasing_p", erasing_p)):
+        for key, value in (("grayscale_p", grayscale_p), ("erasing_p", erasing_p), ("low_res_p", low_res_p)):
             if not 0.0 <= value <= 1.0:
                 raise ValueError(f"data.augment.{key}={value}: must be a probability in [0, 1]")
         if shift_px < 0:
             raise ValueError(f"data.augment.shift_px={shift_px}: must be >= 0")
         self.brightness, self.contrast, self.saturation = brightness, contrast, saturation
         self.grayscale_p, self.shift_px, self.erasing_p = grayscale_p, shift_px, erasing_p
+        sizes = list(low_res_px)
+        if len(sizes) != 2 or not all(isinstance(v, int) and not isinstance(v, bool) for v in sizes) \
+                or not 4 <= sizes[0] <= sizes[1]:
+            raise ValueError(f"data.augment.low_res_px={low_res_px}: expected [lo, hi] in pixels, 4 <= lo <= hi")
+        self.low_res_p, self.low_res_px = low_res_p, (sizes[0], sizes[1])
 
     @property
     def enabled(self) -> bool:
-        return any((self.brightness, self.contrast, self.saturation, self.grayscale_p, self.shift_px, self.erasing_p))
+        return any((self.brightness, self.contrast, self.saturation, self.grayscale_p, self.shift_px, self.erasing_p,
+                    self.low_res_p))
 
     def __call__(self, images: Tensor) -> Tensor:
         """images: float [B, 3, H, W] in [-1, 1] -> augmented, still in [-1, 1]."""
@@ -95,7 +106,21 @@ class BatchAugment:
             x = self._shift(x)
         if self.erasing_p:
             x = self._erase(x)
+        if self.low_res_p:
+            x = self._low_resolution(x)
         return x.clamp_(-1.0, 1.0)
+
+    def _low_resolution(self, x: Tensor) -> Tensor:
+        b, _, h, w = x.shape
+        lo, hi = self.low_res_px
+        chosen = torch.rand(b, device=x.device) < self.low_res_p
+        sizes = torch.randint(lo, hi + 1, (b,), device=x.device)
+        out = x.clone()
+        for size in sizes[chosen].unique().tolist():  # one resize per size drawn: at most hi - lo + 1
+            rows = (chosen & (sizes == size)).nonzero().flatten()
+            small = F.interpolate(x[rows], size=(size, size), mode="bilinear", antialias=True, align_corners=False)
+            out[rows] = F.interpolate(small, size=(h, w), mode="bicubic", align_corners=False)
+        return out
 
     def _shift(self, x: Tensor) -> Tensor:
         b, _, h, w = x.shape

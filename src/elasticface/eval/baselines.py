@@ -9,7 +9,7 @@ fitted on the training set, never on the pairs.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 import torch
 from torch import Tensor, nn
@@ -24,9 +24,13 @@ EIGENFACE_POOL = 2  # grey faces average-pooled by this factor before the PCA (1
 EIGENFACE_MAX_IMAGES = 20_000  # training faces the PCA is fitted on, evenly spaced over the set
 
 
-def pixel_baseline(pairs: Any, batch_size: int = 512) -> float:
+Progress = Callable[[int], None] | None  # called with each batch's number of images (utils/progress.py)
+
+
+def pixel_baseline(pairs: Any, batch_size: int = 512, progress: Progress = None) -> float:
     """Verification accuracy of raw pixels as embeddings (cosine similarity), same 10-fold protocol, no flip."""
-    result, _ = evaluate_pair_set(nn.Flatten(), pairs, batch_size=batch_size, flip=False, device="cpu")
+    result, _ = evaluate_pair_set(nn.Flatten(), pairs, batch_size=batch_size, flip=False, device="cpu",
+                                  progress=progress)
     return result["acc"]
 
 
@@ -51,7 +55,7 @@ class Eigenfaces(nn.Module):
 
 @torch.no_grad()
 def fit_eigenfaces(train_set: Any, components: int = EIGENFACE_COMPONENTS, pool: int = EIGENFACE_POOL,
-                   max_images: int = EIGENFACE_MAX_IMAGES) -> Eigenfaces:
+                   max_images: int = EIGENFACE_MAX_IMAGES, progress: Progress = None) -> Eigenfaces:
     """PCA of up to `max_images` training faces (items `(uint8 [3, H, W], label)`, evenly spaced), in float64."""
     n = len(train_set)
     if n < 2:
@@ -63,6 +67,8 @@ def fit_eigenfaces(train_set: Any, components: int = EIGENFACE_COMPONENTS, pool:
         if isinstance(item, DroppedRecord):  # unreadable: the training set counts it, the PCA skips it
             continue
         rows.append(grey_pooled(transforms.normalize(item[0][None]), pool)[0].double())
+        if progress is not None:
+            progress(1)
     data = torch.stack(rows)
     mean = data.mean(0)
     covariance = (data - mean).T @ (data - mean) / (len(rows) - 1)
@@ -71,20 +77,24 @@ def fit_eigenfaces(train_set: Any, components: int = EIGENFACE_COMPONENTS, pool:
     return Eigenfaces(mean.float(), vectors[:, -k:].flip(1).float().contiguous(), pool)
 
 
-def eigenface_baseline(train_set: Any, pairs: Any, components: int = EIGENFACE_COMPONENTS,
-                       batch_size: int = 512) -> float:
-    """Verification accuracy of eigenfaces fitted on `train_set`, on `pairs` (cosine similarity, no flip)."""
-    model = fit_eigenfaces(train_set, components)
-    result, _ = evaluate_pair_set(model, pairs, batch_size=batch_size, flip=False, device="cpu")
+def eigenface_accuracy(eigenfaces: Eigenfaces, pairs: Any, batch_size: int = 512, progress: Progress = None) -> float:
+    """Verification accuracy of fitted eigenfaces on `pairs` (cosine similarity, no flip)."""
+    result, _ = evaluate_pair_set(eigenfaces, pairs, batch_size=batch_size, flip=False, device="cpu",
+                                  progress=progress)
     return result["acc"]
 
 
-def start_weights_baseline(backbone: nn.Module, pairs: Any, flip: bool = True, device: str = "cpu",
-                           batch_size: int = 128) -> float:
+def eigenface_baseline(train_set: Any, pairs: Any, components: int = EIGENFACE_COMPONENTS,
+                       batch_size: int = 512) -> float:
+    """Verification accuracy of eigenfaces fitted on `train_set`, on `pairs` (cosine similarity, no flip)."""
+    return eigenface_accuracy(fit_eigenfaces(train_set, components), pairs, batch_size)
+
+
+def start_weights_baseline(backbone: nn.Module, pairs: Any, flip: bool = True, batch_size: int = 128,
+                           progress: Progress = None) -> float:
     """Verification accuracy of the backbone a fine-tune starts from (`weights=`), before its first step, with
-    the run's flip fusion: the figure the fine-tune must beat. The backbone goes back to the CPU afterwards."""
-    try:
-        result, _ = evaluate_pair_set(backbone, pairs, batch_size=batch_size, flip=flip, device=device)
-    finally:
-        backbone.cpu()
+    the run's flip fusion, on the device it is on: the figure the fine-tune must beat."""
+    device = next(backbone.parameters()).device
+    result, _ = evaluate_pair_set(backbone, pairs, batch_size=batch_size, flip=flip, device=device,
+                                  progress=progress)
     return result["acc"]

@@ -76,34 +76,6 @@ class OnnxEmbedder:
         return self
 
 
-def backbone_from_weights(path: str, backbone: str | Mapping[str, Any] | None = None,
-                          embedding_size: int | None = None) -> nn.Module:
-    """A backbone built for a released state_dict and loaded from it strictly, in eval mode.
-
-    backbone: the architecture (a name, or the ``model.backbone`` config of ``backbone=<option>``); None
-    infers it from the tensors and says which it chose. embedding_size: None takes the file's.
-    """
-    from hydra.utils import instantiate
-
-    from elasticface.backbones.build import build_backbone
-    from elasticface.backbones.weights import infer_backbone, layout_of, load_backbone_weights, read_state_dict
-
-    state = read_state_dict(path)
-    layout = layout_of(state[0])
-    spec: dict[str, Any] = dict(backbone) if isinstance(backbone, Mapping) else ({"name": backbone} if backbone else {})
-    if not spec.get("name") and "_target_" not in spec:
-        spec["name"] = infer_backbone(state[0], path)
-        print(f"{path}: architecture inferred from its tensors: {spec['name']} ({layout}); "
-              f"name it with backbone=<option> to skip the guess")
-    spec["embedding_size"] = embedding_size or layout.embedding_size or spec.get("embedding_size") or 512
-    if "_target_" in spec:
-        model = instantiate(spec)
-    else:
-        model = build_backbone(**spec)
-    load_backbone_weights(model, path, strict=True, state=state)
-    return model.eval()
-
-
 def load_model_file(path: str, device: str | torch.device = "auto", backbone: str | Mapping[str, Any] | None = None,
                     embedding_size: int | None = None, allow_torchscript: bool = False) -> Embedder:
     """An embedding function from any model file, its type detected: a Lightning checkpoint, a backbone
@@ -129,7 +101,9 @@ def load_model_file(path: str, device: str | torch.device = "auto", backbone: st
         if backbone:
             log.info("%s: a Lightning checkpoint, which names its own backbone; the backbone option is not used", path)
         return ModuleEmbedder(load_module(path, map_location=device)).to(device).eval()
-    return backbone_from_weights(path, backbone, embedding_size).to(device)
+    from elasticface.backbones.from_weights import backbone_from_weights
+
+    return backbone_from_weights(path, backbone, embedding_size, say=print)[0].eval().to(device)
 
 
 def one_model_file(weights: str | None) -> str:

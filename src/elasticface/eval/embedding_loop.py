@@ -35,10 +35,12 @@ def embed_dataset(
     flip: bool = True,
     device: str | torch.device = "auto",
     num_workers: int = 0,
+    progress: Callable[[int], None] | None = None,
 ) -> tuple[Tensor, Tensor]:
     """Embed a dataset whose items are `(uint8 [3, H, W], index)`: returns (float32 [N, D] on CPU, indices).
 
-    An nn.Module model is moved to `device` and put in eval mode (restored to train mode afterwards)."""
+    An nn.Module model is moved to `device` and put in eval mode (restored to train mode afterwards); `progress` is
+    called with each batch's size (utils/progress.py)."""
     device = resolve_device(device)
     was_training = isinstance(model, nn.Module) and model.training
     if isinstance(model, nn.Module):
@@ -51,6 +53,8 @@ def embed_dataset(
             x = transforms.normalize(images.to(device, non_blocking=True))
             embeddings.append(flip_fused_embeddings(model, x, flip).cpu())
             indices.append(torch.as_tensor(idx).long())
+            if progress is not None:
+                progress(len(images))
     finally:
         if was_training:
             model.train()
@@ -68,9 +72,10 @@ def evaluate_pair_set(
     num_workers: int = 0,
     num_folds: int = 10,
     far_target: float = 1e-3,
+    progress: Callable[[int], None] | None = None,
 ) -> tuple[dict[str, float], dict[str, np.ndarray]]:
     """The verification protocol on a `PairSet`: (scalar results, curves for plots)."""
-    emb, idx = embed_dataset(model, pairs, batch_size, flip, device, num_workers)
+    emb, idx = embed_dataset(model, pairs, batch_size, flip, device, num_workers, progress)
     metric = VerificationAccuracy(pairs.issame, num_folds=num_folds, far_target=far_target)
     metric.update(emb, idx)
     result = {k: float(v) for k, v in metric.compute().items()}

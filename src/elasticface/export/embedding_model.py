@@ -65,13 +65,13 @@ def load_backbone_for_export(path: str, backbone: str | None = None, embedding_s
                              image_size: int = 112) -> nn.Module:
     """The embedding model of a Lightning checkpoint, a backbone state_dict or an MXNet zoo model, as an eval-mode
     nn.Module."""
+    from elasticface.backbones.from_weights import backbone_from_weights
     from elasticface.backbones.weights import WeightsError, file_kind
-    from elasticface.eval.embed import backbone_from_weights
 
     kind = file_kind(path)
     if kind == "lightning":
         return load_for_export(path, image_size)
     if kind in ("state_dict", "mxnet"):
-        return backbone_from_weights(path, backbone, embedding_size)
+        return backbone_from_weights(path, backbone, embedding_size, say=print)[0].eval()
     raise WeightsError(f"{path}: already an exported {kind} model; export needs the weights: a Lightning .ckpt "
                        f"or a backbone state_dict .pth/.pt")

@@ -1,10 +1,11 @@
-"""What `weights=<file>` does to a training run: a fine-tune of a released (or exported) backbone.
+"""What `weights=<file>` does to a training run: a fine-tune of a released (or exported) backbone, in one room.
 
-- `architecture`: the backbone and embedding size the file holds, taken for the run unless `backbone=` names one;
-- `imprint`: class centres started at the loaded backbone's class means (weight imprinting);
-- `l2sp`: a pull of the backbone toward the loaded weights (L2-SP) in place of weight decay toward zero;
-- the head-only phase and the backbone's lr scale and frozen BatchNorm live in the module's step and optimizer.
+- `config`: the recipe weights= selects (configs/finetune/recipe.yaml) and `resolve`, every check and rewrite of
+  the config a fine-tune makes (each part's value, the architecture the file holds: `architecture`), once;
+- `phases`: `FineTuning`, the callback that changes training: imprinted centres (`imprint`), the head-only phase
+  (`head_only`), frozen BatchNorm, the backbone's lr scale, L2-SP (`l2sp`).
 
-Which of them a fine-tune uses by default is in configs/model/default.yaml (`${if_weights:...}`), chosen by the
-measurements of docs/finetune.md.
+The file becomes a backbone by the one road every command takes (backbones/from_weights.py); the loaded weights'
+accuracy before the first step is a baseline like raw pixels (callbacks/baselines.py). Which parts a fine-tune uses
+by default is configs/finetune/recipe.yaml, chosen by the measurements of docs/finetune.md.
 """

@@ -1,5 +1,5 @@
 """A head-only phase before the backbone moves (Kumar et al., "Fine-Tuning can Distort Pretrained Features and
-Underperform Out-of-Distribution", 2022: linear probing, then fine-tuning): for `model.head_only_epochs` the class
+Underperform Out-of-Distribution", 2022: linear probing, then fine-tuning): for `finetune.head_only_epochs` the
 centres and head train against the loaded backbone held fixed (eval mode, no graph), then everything trains, so
 the backbone's first gradients come from centres that already fit its embeddings rather than from random ones."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 
-KEY = "model.head_only_epochs"
+KEY = "finetune.head_only_epochs"
 
 
 def head_only_steps(epochs: float, steps_per_epoch: float, run: int, unit: str = "steps") -> int:
@@ -23,6 +23,6 @@ def head_only_steps(epochs: float, steps_per_epoch: float, run: int, unit: str =
     phase = round(epochs * steps_per_epoch)
     if phase >= run:
         raise ValueError(f"{KEY}={epochs:g}: the head-only phase ({phase} {unit}) is not shorter than the run ({run} "
-                         f"{unit}), so the backbone would never train (model.backbone_lr_scale=0 keeps it fixed on "
+                         f"{unit}), so the backbone would never train (finetune.backbone_lr_scale=0 keeps it fixed on "
                          f"purpose)")
     return phase

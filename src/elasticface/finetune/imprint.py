@@ -18,7 +18,7 @@ from torch.nn import functional as F
 from elasticface.data import transforms
 from elasticface.data.faults import DroppedRecord
 
-KEY = "model.imprint_centers"
+KEY = "finetune.imprint_centers"
 
 
 def _class_name(train_set: Any, label: int) -> str:
@@ -28,10 +28,12 @@ def _class_name(train_set: Any, label: int) -> str:
 
 @torch.no_grad()
 def class_means(embed: Callable[[Tensor], Tensor], train_set: Any, num_classes: int, batch_size: int = 128,
-                image_size: int | None = None, device: str | torch.device = "cpu") -> Tensor:
+                image_size: int | None = None, device: str | torch.device = "cpu",
+                progress: Callable[[int], None] | None = None) -> Tensor:
     """[C, D] float32: per class, the L2-normalised mean of its faces' L2-normalised embeddings. Items of
     `train_set` are `(uint8 [3, H, W], label)` (a `DroppedRecord` is skipped); `image_size` resizes as training
-    does. A class without a single readable face is an error naming it and the key."""
+    does; `progress` is called with each batch's size. A class without a single readable face is an error naming
+    it and the key."""
     labels = getattr(train_set, "labels", None)
     if labels is not None:
         counts = torch.bincount(torch.as_tensor(labels, dtype=torch.long), minlength=num_classes)
@@ -54,6 +56,8 @@ def class_means(embed: Callable[[Tensor], Tensor], train_set: Any, num_classes: 
         index = torch.as_tensor(batch_labels, dtype=torch.long)
         sums.index_add_(0, index, emb)
         seen.index_add_(0, index, torch.ones_like(index))
+        if progress is not None:
+            progress(len(batch_labels))
 
     images: list[Tensor] = []
     batch_labels: list[int] = []
@@ -77,9 +81,10 @@ def class_means(embed: Callable[[Tensor], Tensor], train_set: Any, num_classes: 
 
 
 def imprint_centers(model: nn.Module, train_set: Any, batch_size: int = 128, image_size: int | None = None,
-                    device: str | torch.device = "cpu") -> Tensor:
+                    progress: Callable[[int], None] | None = None) -> Tensor:
     """Set the class centres of `model` (a FaceRecognitionModule with one centre per class) to the class means of
-    its backbone's embeddings; returns the means. The backbone is in eval mode for the pass, then as before."""
+    its backbone's embeddings, on the device the model is on; returns the means. The backbone is in eval mode for
+    the pass, then as before."""
     centers = model.centers
     if getattr(centers, "centers_per_class", 1) != 1:
         raise ValueError(f"{KEY}=true: the head keeps {centers.centers_per_class} sub-centres per class, which one "
@@ -87,13 +92,14 @@ def imprint_centers(model: nn.Module, train_set: Any, batch_size: int = 128, ima
     if not getattr(model.head, "normalized", True):
         raise ValueError(f"{KEY}=true: the head compares raw inner products (not cosines), which a class mean of "
                          f"unit embeddings does not start; set {KEY}=false")
-    was_training = model.backbone.training
-    model.backbone.to(device).eval()
-    try:
-        means = class_means(model.embed, train_set, model.hparams.num_classes, batch_size, image_size, device)
-    finally:
-        model.backbone.cpu().train(was_training)
     weight = centers.weight
+    was_training = model.backbone.training
+    model.backbone.eval()
+    try:
+        means = class_means(model.embed, train_set, model.hparams.num_classes, batch_size, image_size,
+                            weight.device, progress)
+    finally:
+        model.backbone.train(was_training)
     if weight.shape != means.shape:
         raise ValueError(f"{KEY}=true: the class centres are {tuple(weight.shape)}, the class means "
                          f"{tuple(means.shape)}; imprinting needs every class's centre in this process")

@@ -98,16 +98,6 @@ def validate_top_level(cfg: DictConfig) -> None:
     lr = _number(cfg, "optimizer.lr")
     if lr is not None and not lr > 0:
         raise ValueError(f"optimizer.lr={lr}: must be > 0")
-    if OmegaConf.select(cfg, "model.freeze_backbone_bn") and not cfg.get("weights"):
-        raise ValueError("model.freeze_backbone_bn=true keeps the backbone's loaded BatchNorm statistics, but no "
-                         "weights= names the file to load (a fine-tune: weights=<backbone .pth or model-0000.params>)")
-    alpha = _number(cfg, "model.l2sp_alpha")
-    if alpha and not cfg.get("weights"):
-        raise ValueError(f"model.l2sp_alpha={alpha:g} pulls the backbone toward the weights it was loaded from, but no "
-                         f"weights= names the file to load (a fine-tune: weights=<backbone .pth or model-0000.params>)")
-    scale = _number(cfg, "model.backbone_lr_scale")
-    if scale is not None and not scale >= 0:
-        raise ValueError(f"model.backbone_lr_scale={scale}: must be >= 0 (0 keeps the backbone's weights fixed)")
 
 
 def group_choices() -> dict[str, str]:

@@ -15,6 +15,7 @@ import os
 import platform
 import re
 import shutil
+from dataclasses import dataclass
 from typing import Any, Callable
 
 import torch
@@ -120,6 +121,13 @@ def compile_in_place(module: nn.Module, backend: str = "inductor") -> CompiledCa
     return counter
 
 
+def eagerly() -> Any:
+    """A context in which a module compiled in place runs its eager code: the passes before the first step (the
+    loaded weights' baseline, imprinting) give the numbers an uncompiled backbone gives, and compile no graph of
+    their own (validation compiles the eval-mode graph when it needs it)."""
+    return torch.compiler.set_stance("force_eager")
+
+
 def use_inductor_cache_of_this_isa() -> str:
     """Point inductor at `<its cache folder>/isa-<vector ISA>` (TORCHINDUCTOR_CACHE_DIR, the user's or torch's
     default) and return it. inductor's graph cache key leaves the CPU vector ISA out: a process with AVX-512
@@ -146,18 +154,58 @@ def check_compile_setting(value: object) -> bool | str:
 
 
 def check_channels_last_setting(value: object) -> bool | str:
-    """`model.channels_last`: true, false or `auto` (NHWC when training on a GPU, where it was measured faster)."""
+    """`model.channels_last`: true, false or `auto` (the layout measured fastest: CPU_AUTO, GPU_AUTO)."""
     if isinstance(value, bool) or value == "auto":
         return value
-    raise ValueError(f"model.channels_last={value!r}: expected true, false or auto (NHWC when training on a GPU)")
+    raise ValueError(f"model.channels_last={value!r}: expected true, false or auto (the layout measured fastest for "
+                     "the backbone's family on this device)")
 
 
-def should_use_channels_last(setting: bool | str, on_cpu: bool, compiled: bool) -> bool:
-    """Whether the backbone runs NHWC: `true` always; `auto` on a GPU when the backbone runs eagerly (iresnet100
-    on an H200: 2.05x NCHW's images/s). Compiled, `auto` leaves the layout to inductor, which picks its own for
-    the convolutions: its NCHW graph measured 3,084 images/s against 2,731-2,858 given NHWC (docs/speed.md). A CPU
-    run stays NCHW, where no gain was measured."""
-    return setting is True or (setting == "auto" and not on_cpu and not compiled)
+@dataclass(frozen=True)
+class AutoLayout:
+    """How `model.compile=auto` and `model.channels_last=auto` train a backbone family on one kind of device, and
+    the measurement that chose it."""
+
+    compile: bool
+    channels_last: bool
+    why: str
+
+
+#: per backbone family on a CPU, measured by benchmarks/bench_layout.py (a training step, each layout in its own
+#: process, batch 64, one thread, 2-core AMD EPYC with AVX-512; docs/compile.md). A family not named here:
+#: `default`.
+CPU_AUTO = {
+    "mobilefacenet": AutoLayout(False, True, "depthwise convolutions: eager NHWC {nhwc} NCHW's speed, compiled "
+                                             "{compiled} for {compile_s} of compilation"),
+    "default": AutoLayout(True, False, "IResNet: compiled {compiled} eager NCHW's speed after {compile_s} of "
+                                       "compilation; eager NHWC {nhwc}"),
+}
+#: on a GPU: compiled, and inductor picks the layout (iresnet100 on an H200: 2.28x eager's images/s; compiled NCHW
+#: 3,084 images/s against 2,731-2,858 given NHWC; eager NHWC 2.05x eager NCHW, docs/speed.md)
+GPU_AUTO = AutoLayout(True, False, "iresnet100 on an H200: compiled 2.28x eager's images/s, inductor's own layout")
+
+
+def backbone_family(name: object) -> str:
+    """`iresnet100` and `iresnet_tiny` -> iresnet, `mobilefacenet_y1` -> mobilefacenet, timm's `convnext_tiny` ->
+    convnext: the letters the name starts with."""
+    match = re.match(r"[a-z]+", str(name or "").lower())
+    return match.group(0) if match else ""
+
+
+def auto_layout(family: str, on_cpu: bool) -> AutoLayout:
+    """What `auto` chooses for a backbone family on a CPU or a GPU."""
+    return CPU_AUTO.get(family, CPU_AUTO["default"]) if on_cpu else GPU_AUTO
+
+
+def should_use_channels_last(setting: bool | str, on_cpu: bool, compiled: bool, family: str = "") -> bool:
+    """Whether the backbone runs NHWC: `true` always; `auto` when the backbone runs eagerly and NHWC was measured
+    faster for its family on this kind of device (on a GPU always: iresnet100 on an H200 2.05x NCHW's images/s).
+    Compiled, `auto` leaves the layout to inductor, which picks its own for the convolutions."""
+    if setting is True:
+        return True
+    if setting != "auto" or compiled:
+        return False
+    return auto_layout(family, on_cpu).channels_last or not on_cpu
 
 
 #: torch CPU kernel levels (torch.backends.cpu.get_cpu_capability()) where `auto` and `cpu` train eagerly: a compiled
@@ -167,16 +215,19 @@ def should_use_channels_last(setting: bool | str, on_cpu: bool, compiled: bool) 
 EAGER_CPU_LEVELS = ("AVX2",)
 
 
-def should_compile(setting: bool | str, training_on_cpu: bool) -> bool:
+def should_compile(setting: bool | str, training_on_cpu: bool, family: str = "") -> bool:
     """Whether a run compiles its backbone: `true` always; `auto` on a GPU (iresnet100 on an H200: 2.28x the
-    images/s, the same step to bf16 rounding, docs/speed.md) and, like `cpu`, on a CPU unless torch's kernels
-    there are at an EAGER_CPU_LEVELS level (then it says so in one line)."""
+    images/s, the same step to bf16 rounding, docs/speed.md) and, like `cpu`, on a CPU where compiling paid for
+    the backbone's family (CPU_AUTO) unless torch's kernels there are at an EAGER_CPU_LEVELS level (then it says
+    so in one line)."""
     if setting is True:
         return True
     if setting not in ("auto", "cpu"):
         return False
     if not training_on_cpu:
         return setting == "auto"
+    if not auto_layout(family, True).compile:
+        return False
     level = torch.backends.cpu.get_cpu_capability()
     if level in EAGER_CPU_LEVELS:
         log.info("model.compile=%s: training eagerly, torch's CPU kernels here are %s (compiled training is the "

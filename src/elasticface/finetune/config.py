@@ -1,0 +1,73 @@
+"""Fine-tuning's side of the config: the recipe `weights=<file>` selects (before Hydra composes), and every check and
+rewrite the parts and the weights file make (before anything is built)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from omegaconf import DictConfig, OmegaConf
+
+if TYPE_CHECKING:  # the command line's half (with_recipe) answers --help without importing torch
+    from torch import Tensor
+
+#: the option of the `finetune` config group that `weights=<file>` selects (configs/finetune/recipe.yaml)
+RECIPE = "recipe"
+
+
+def with_recipe(overrides: Sequence[str]) -> list[str]:
+    """`overrides` with `finetune=recipe` added when they name weights to start from (`weights=<file>`) and choose
+    no `finetune` option themselves (`finetune=none` keeps the from-scratch settings). Hydra cannot choose a group
+    option by a value, so the command line says it: `--cfg job`, the run's overrides and its config show it."""
+    keys = {arg.lstrip("+~").split("=", 1)[0] for arg in overrides if not arg.startswith("-")}
+    weights = [i for i, arg in enumerate(overrides) if arg.startswith("weights=")]
+    if "finetune" in keys or not any(overrides[i].split("=", 1)[1].strip() not in ("", "null", "None")
+                                     for i in weights):
+        return list(overrides)
+    after = weights[-1] + 1  # beside it: Hydra's parser takes the overrides as one run of words
+    return [*overrides[:after], f"finetune={RECIPE}", *overrides[after:]]
+
+
+#: the parts of a fine-tune (configs/train.yaml's `finetune:`, finetune/phases.py), each a number >= 0 or a switch
+PARTS = ("imprint_centers", "head_only_epochs", "l2sp_alpha", "backbone_lr_scale", "freeze_backbone_bn")
+#: the parts that act on the loaded weights, so a run without weights= cannot have them
+NEED_WEIGHTS = {"freeze_backbone_bn": "keeps the backbone's loaded BatchNorm statistics",
+                "l2sp_alpha": "pulls the backbone toward the weights it was loaded from"}
+
+
+@dataclass
+class StartWeights:
+    """`weights=`: the file, its tensors (read once, for the loader too) and what the run takes from it."""
+
+    path: str
+    state: tuple[dict[str, "Tensor"], str]
+    architecture: dict[str, Any]  # backbone, embedding_size, read_off_the_file
+
+
+def resolve(cfg: DictConfig) -> StartWeights | None:
+    """Fine-tuning's side of the config, before anything is built: each part checked once (a number >= 0, loaded
+    weights for the parts that need them, a head-only phase shorter than an epoch-bounded run), and with
+    `weights=<file>` the backbone and embedding size the file holds written into the config unless chosen
+    (finetune/architecture.py). Returns the file read, or None without weights."""
+    from elasticface.finetune.architecture import fit_to_weights
+    from elasticface.finetune.head_only import head_only_steps
+
+    parts = cfg.get("finetune") or {}
+    for key in ("head_only_epochs", "backbone_lr_scale", "l2sp_alpha"):
+        value = parts.get(key, 0)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
+            raise ValueError(f"finetune.{key}={value!r}: expected a number >= 0"
+                             + (" (0 keeps the backbone's weights fixed)" if key == "backbone_lr_scale" else ""))
+    path = cfg.get("weights")
+    for key, what in NEED_WEIGHTS.items():
+        if parts.get(key) and not path:
+            value = str(parts.get(key)).lower() if isinstance(parts.get(key), bool) else parts.get(key)
+            raise ValueError(f"finetune.{key}={value} {what}, but no weights= names the file to load (a "
+                             "fine-tune: weights=<backbone .pth or model-0000.params>)")
+    if OmegaConf.select(cfg, "trainer.max_steps", default=-1) in (None, -1) and cfg.trainer.get("max_epochs"):
+        head_only_steps(float(parts.get("head_only_epochs") or 0), 1, int(cfg.trainer.max_epochs), unit="epochs")
+    if not path:
+        return None
+    state, architecture = fit_to_weights(cfg, str(path))
+    return StartWeights(str(path), state, architecture)
