@@ -1,4 +1,4 @@
-"""benchmarks/gpu_suite.sh, issue 39's one-call GPU measurement, runs on the CPU at tiny sizes so it cannot rot.
+"""benchmarks/gpu_suite/run.sh, issue 39's one-call GPU measurement, runs on the CPU at tiny sizes so it cannot rot.
 
 The command is docs/speed.md's own (`--device cpu`), read from the page; `--json` is added to read its figures.
 """
@@ -15,7 +15,8 @@ import sys
 import pytest
 from conftest import ROOT
 
-SCRIPT = ROOT / "benchmarks" / "gpu_suite.sh"
+SCRIPT = ROOT / "benchmarks" / "gpu_suite" / "run.sh"
+CALL = ROOT / "benchmarks" / "gpu_suite" / "call.sh"
 DOCS = ROOT / "docs" / "speed.md"
 TINY = ["--device", "cpu", "--backbones", "tiny", "--batches", "8", "--full-classes", "16", "--warmup", "1"]
 
@@ -31,7 +32,7 @@ def suite(args: list[str], tmp_path) -> tuple[subprocess.CompletedProcess, dict]
 
 
 def docs_cpu_command() -> list[str]:
-    (line,) = [m for m in re.findall(r"^bash benchmarks/gpu_suite\.sh .*$", DOCS.read_text(), re.M)
+    (line,) = [m for m in re.findall(r"^bash benchmarks/gpu_suite/run\.sh .*$", DOCS.read_text(), re.M)
                if "--device cpu" in m]
     return shlex.split(line)[2:]
 
@@ -98,23 +99,22 @@ def test_arcface_torch_step_runs_beside_the_template_on_the_cpu(tmp_path):
 
 @pytest.fixture
 def suite_in_process(monkeypatch, tmp_path):
-    """gpu_suite imported from benchmarks/ with each measurement taken in this process (suite_job.measure, what
+    """gpu_suite imported from benchmarks/ with each measurement taken in this process (job.measure, what
     the suite's own processes run), so a test can replace what a row runs; the Lightning log levels the
     measurements quiet are restored afterwards."""
     import logging
 
     monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
     levels = {name: logging.getLogger(name).level for name in ("pytorch_lightning", "lightning_fabric")}
-    import gpu_suite
-    import suite_job
+    from gpu_suite import cli, job, process
 
-    def here(job, out):
+    def here(one, out):
         folder = out / f"job{len(list(out.iterdir()))}"
         folder.mkdir()
-        return suite_job.measure({**job, "out_dir": str(folder)}, folder)
+        return job.measure({**one, "out_dir": str(folder)}, folder)
 
-    monkeypatch.setattr(gpu_suite, "in_own_process", here)
-    yield gpu_suite
+    monkeypatch.setattr(process, "in_own_process", here)
+    yield cli
     for name, level in levels.items():
         logging.getLogger(name).setLevel(level)
 
@@ -150,12 +150,12 @@ def test_a_measurement_whose_process_dies_is_one_line(monkeypatch, tmp_path):
     """A process that ends without a result (killed, a crash in a CUDA library) names the row, its exit code and
     log (the suite prints the line and measures the other rows)."""
     monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
-    import gpu_suite
+    from gpu_suite import process
 
     script = tmp_path / "dies.py"
     script.write_text("import sys\nprint('Segmentation fault (core dumped)')\nsys.exit(139)\n")
-    monkeypatch.setattr(gpu_suite, "JOB_SCRIPT", script)
-    result = gpu_suite.in_own_process(
+    monkeypatch.setattr(process, "JOB_COMMAND", [sys.executable, str(script)])
+    result = process.in_own_process(
         {"side": "template", "backbone": "tiny", "batch": 8, "layer": {"option": "default", "classes": 16}},
         tmp_path)
     assert re.fullmatch(r"template tiny batch 8 full 16: its process exited with code 139 \(Segmentation fault "
@@ -163,17 +163,17 @@ def test_a_measurement_whose_process_dies_is_one_line(monkeypatch, tmp_path):
 
 
 def test_a_row_out_of_gpu_memory_is_one_line_and_the_other_rows_are_measured(suite_in_process, monkeypatch, capsys):
-    import suite_template
     import torch
+    from gpu_suite import template
 
-    real = suite_template.run
+    real = template.run
 
     def run(cfg, classes, *args, **kwargs):
         if classes == 64:  # the partial_fc row does not fit
             raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 3.81 GiB")
         return real(cfg, classes, *args, **kwargs)
 
-    monkeypatch.setattr(suite_template, "run", run)
+    monkeypatch.setattr(template, "run", run)
     result = suite_in_process.main([*TINY, "--pfc-classes", "64", "--steps", "1", "--parts", "steps"])
     text = capsys.readouterr().out
     named = [line for line in text.splitlines() if "out of memory" in line]
@@ -201,13 +201,13 @@ def test_precision_without_bf16_is_one_line_and_the_pipeline_is_still_measured(s
 def test_speed_runs_doing_the_same_on_the_gpu_are_measured_once(suite_in_process, tmp_path):
     """`auto` resolved per device: on a GPU the defaults compile and leave the layout to inductor, so the base,
     `model.compile=true` and `model.channels_last=false` are one run; on a CPU the defaults run eagerly in NCHW."""
-    import suite_template
-    from suite_template import Layer
+    from gpu_suite import rows, template
+    from gpu_suite.template import Layer
 
-    base = suite_template.overrides("tiny", 8, Layer("default", 16), "cuda", "bf16-mixed", "arcface")
+    base = template.overrides("tiny", 8, Layer("default", 16), "cuda", "bf16-mixed", "arcface")
 
     def key(device, *extra):
-        return suite_in_process.run_key(suite_template.compose(base + list(extra), tmp_path), device)
+        return rows.run_key(template.compose(base + list(extra), tmp_path), device)
 
     assert key("cuda") == key("cuda", "model.compile=true") == key("cuda", "model.channels_last=false")
     assert key("cuda", "model.compile=false") == key("cuda", "model.compile=false", "model.channels_last=true")
@@ -238,7 +238,7 @@ def test_speed_layers_picks_the_class_layers(suite_in_process, capsys):
 def test_the_profiler_counts_the_window_s_ops_and_host_reads(suite_in_process):
     """A known step: one matrix product and one `.item()` per step, three steps in the window."""
     import torch
-    from suite_profile import WindowProfiler
+    from gpu_suite.profiling import WindowProfiler
 
     prof = WindowProfiler("cpu", steps=3)
     a = torch.randn(256, 256)
@@ -270,7 +270,7 @@ def test_the_profiler_names_where_the_host_waits_and_leaves_annotation_ranges_ou
     """`record_function` ranges (the optimizer's `Optimizer.step#SGD.step`) are laid over the ops they hold: they
     are not work of their own, and on a GPU counting them made the device "192% busy"."""
     import torch
-    from suite_profile import WindowProfiler, busy_us
+    from gpu_suite.profiling import WindowProfiler, busy_us
 
     def reads_back(a):
         return (a @ a).sum().item()
@@ -295,18 +295,17 @@ def test_a_profile_s_busy_share_is_of_a_window_without_stacks_and_its_wait_sites
                                                                                                monkeypatch):
     """Recording Python stacks slowed an H200's compiled template step from 85 to 911 ms, so the busy share of such
     a window is the profiler's, not the step's: the suite takes the figures without stacks, the wait sites with."""
-    import suite_job
-    import suite_profile
     import torch
+    from gpu_suite import job, profiling
 
     made = []
 
-    class Recorded(suite_profile.WindowProfiler):
+    class Recorded(profiling.WindowProfiler):
         def __init__(self, *args, **kwargs):
             super().__init__(*args, **kwargs)
             made.append(self)
 
-    monkeypatch.setattr(suite_profile, "WindowProfiler", Recorded)
+    monkeypatch.setattr(profiling, "WindowProfiler", Recorded)
     a = torch.randn(64, 64)
 
     def reads_back(prof):
@@ -316,7 +315,7 @@ def test_a_profile_s_busy_share_is_of_a_window_without_stacks_and_its_wait_sites
         prof.stop()
         return len(made)
 
-    summary, returned = suite_job.two_pass_profile({"device": "cpu", "profile_steps": 2}, reads_back)
+    summary, returned = job.two_pass_profile({"device": "cpu", "profile_steps": 2}, reads_back)
     assert [p.stacks for p in made] == [False, True] and returned == 1  # what the first pass's run returned
     assert summary.window_ms == made[0].window_ms and made[0].summary().wait_sites == []
     (site,) = summary.wait_sites
@@ -328,7 +327,7 @@ def test_a_stopped_gpu_call_keeps_the_jobs_it_measured(tmp_path):
     way (the tarball was its last line)."""
     out = tmp_path / "out"
     env = {**os.environ, "PYTHON": sys.executable, "TINY": "1", "PARTS": "suite profile suite_train_size"}
-    proc = subprocess.run(["timeout", "8", "bash", str(ROOT / "benchmarks" / "gpu_call.sh"), str(out)], cwd=tmp_path,
+    proc = subprocess.run(["timeout", "8", "bash", str(CALL), str(out)], cwd=tmp_path,
                           capture_output=True, text=True, timeout=120, env=env)
     assert proc.returncode == 124 and re.search(r"^gpu_call: stopped after \d+ s$", proc.stdout, re.M), proc.stdout
     assert subprocess.run(["tar", "tzf", str(out / "jobs.tar.gz")], capture_output=True).returncode == 0
@@ -338,7 +337,7 @@ def test_a_stopped_gpu_call_keeps_the_jobs_it_measured(tmp_path):
 def test_the_prepared_gpu_call_measures_the_path_users_run_against_the_suite_row(tmp_path):
     out = tmp_path / "out"
     env = {**os.environ, "PYTHON": sys.executable, "TINY": "1", "PARTS": "suite_train_size train_path"}
-    proc = subprocess.run(["bash", str(ROOT / "benchmarks" / "gpu_call.sh"), str(out), "", "1200"], cwd=tmp_path,
+    proc = subprocess.run(["bash", str(CALL), str(out), "", "1200"], cwd=tmp_path,
                           capture_output=True, text=True, timeout=1200, env=env)
     assert proc.returncode == 0 and "== train_path: exit 0" in proc.stdout, proc.stdout[-3000:] + proc.stderr[-2000:]
     path = json.loads((out / "train_path.json").read_text())

@@ -41,7 +41,7 @@ class Profile:
 #: frames that say where a wait comes from (the innermost of these names the call site); the suite's own timer sync
 #: at the window's end is left out
 SITE_PATHS = ("elasticface", "pytorch_lightning", "lightning_fabric", "arcface_torch", "torch/optim", "torch/nn/utils")
-OWN_SITES = ("suite_measure.py",)
+OWN_SITES = ("gpu_suite/measure.py",)
 
 
 def _kernels(events, on_device: bool) -> list:

@@ -16,7 +16,7 @@ from pathlib import Path
 import torch
 
 from bench_train import Batches
-from suite_measure import Measured, MemoryWatch, StepTimer, SyncCounter, count_flops, kept_losses
+from gpu_suite.measure import Measured, MemoryWatch, StepTimer, SyncCounter, count_flops, kept_losses
 
 #: steps after the timed ones over which host syncs are counted: one whole `trainer.log_every_n_steps` period
 SYNC_STEPS = 10

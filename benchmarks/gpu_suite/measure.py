@@ -1,4 +1,4 @@
-"""What every row of the GPU suite (gpu_suite.py) measures the same way, on either side of a comparison.
+"""What every row of the GPU suite (rows.py) measures the same way, on either side of a comparison.
 
 Timing: `warmup` untimed steps, then `steps` timed ones with the device synchronised only at the two ends.
 Peak memory: the most the caching allocator held during the run above what it held when the run started
@@ -136,7 +136,7 @@ def failure(exc: BaseException, what: str) -> str:
 
 class StepTimer:
     """Wall time from the start of step `warmup` to the end of step `warmup + steps - 1`; a `profiler`
-    (suite_profile.WindowProfiler) records the same window."""
+    (profiling.WindowProfiler) records the same window."""
 
     def __init__(self, warmup: int, steps: int, device: str, profiler=None) -> None:
         self.warmup, self.steps, self.device, self.profiler = warmup, steps, device, profiler

@@ -2,10 +2,10 @@
 
 torch keeps global state that one measurement can change for the next: dynamo's caches and skip lists (torch 2.11
 skips a compiled frame for good once it was called under a TorchDispatchMode such as the FLOP counter's, so every
-row after the first ran eagerly), cuDNN's autotuner, the caching allocator. gpu_suite.py starts this script for
-each row, speed run and profile:
+row after the first ran eagerly), cuDNN's autotuner, the caching allocator. process.py starts this module
+for each row, speed run and profile:
 
-    python benchmarks/suite_job.py JOB.json RESULT.json
+    python -m gpu_suite.job JOB.json RESULT.json
 
 JOB.json names one side of one row (`template` or `arcface_torch`), its backbone, batch, class layer, precision,
 head, extra train.py overrides, warm-up and timed steps, and what else to measure after the timed steps (a
@@ -22,11 +22,10 @@ import os
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 
 def layer_of(job: dict):
-    from suite_template import Layer
+    from gpu_suite.template import Layer
 
     return Layer(**job["layer"])
 
@@ -60,7 +59,7 @@ def two_pass_profile(job: dict, run):
     compiled step becomes host-bound under it (an H200, iresnet100 batch 256: 911 ms per step under the stacks
     profiler against 85 ms timed, "device busy 7%"), so the busy share of such a window says nothing of the step.
     Returns (the summary, what the first pass's `run` returned)."""
-    from suite_profile import WindowProfiler
+    from gpu_suite.profiling import WindowProfiler
 
     plain = WindowProfiler(job["device"], job["profile_steps"])
     returned = run(plain)
@@ -72,11 +71,11 @@ def two_pass_profile(job: dict, run):
 
 
 def template_side(job: dict, batches: list, out: Path) -> dict:
-    import suite_template
+    from gpu_suite import template
 
     layer = layer_of(job)
-    cfg = suite_template.compose(job["overrides"], out / "run")
-    measured, module = suite_template.run(cfg, layer.classes, batches, job["warmup"], job["steps"], job["device"])
+    cfg = template.compose(job["overrides"], out / "run")
+    measured, module = template.run(cfg, layer.classes, batches, job["warmup"], job["steps"], job["device"])
     result = {"measured": dataclasses.asdict(measured), "compiled": compiled_status(module, job["device"])}
     fallback = eager_fallback(result["compiled"])
     if fallback:
@@ -84,7 +83,7 @@ def template_side(job: dict, batches: list, out: Path) -> dict:
         return result
     if job.get("profile_steps"):
         def profiled_run(prof):
-            return suite_template.run(cfg, layer.classes, batches, job["warmup"], job["profile_steps"],
+            return template.run(cfg, layer.classes, batches, job["warmup"], job["profile_steps"],
                                       job["device"], profiler=prof)[1]
 
         summary, profiled = two_pass_profile(job, profiled_run)
@@ -95,22 +94,22 @@ def template_side(job: dict, batches: list, out: Path) -> dict:
             result["profile_error"] = f"profile {what(job)}: not a profile of the compiled step: {fallback}"
         del profiled
     if job.get("flops"):  # last: the FLOP counter's dispatch mode may change how torch runs this frame afterwards
-        result["measured"]["flops_per_step"] = suite_template.step_flops(module, batches[0], job["device"],
+        result["measured"]["flops_per_step"] = template.step_flops(module, batches[0], job["device"],
                                                                          job["precision"])
     return result
 
 
 def arcface_side(job: dict, batches: list) -> dict:
-    import suite_arcface
+    from gpu_suite import arcface
 
-    at = suite_arcface.load(job["arcface_torch"])
+    at = arcface.load(job["arcface_torch"])
     layer = layer_of(job)
     args = (at, job["backbone"], layer.classes, layer.rate or 1.0, batches, job["warmup"])
     # its FLOPs are counted before its timed steps, on the plain eager backbone (nothing is compiled on this side)
-    measured = suite_arcface.run(*args, job["steps"], job["device"], flops=bool(job.get("flops")))
+    measured = arcface.run(*args, job["steps"], job["device"], flops=bool(job.get("flops")))
     result = {"measured": dataclasses.asdict(measured), "compiled": None}
     if job.get("profile_steps"):
-        summary, _ = two_pass_profile(job, lambda prof: suite_arcface.run(*args, job["profile_steps"], job["device"],
+        summary, _ = two_pass_profile(job, lambda prof: arcface.run(*args, job["profile_steps"], job["device"],
                                                                           flops=False, profiler=prof))
         result["profile"] = dataclasses.asdict(summary)
     return result
@@ -119,7 +118,7 @@ def arcface_side(job: dict, batches: list) -> dict:
 def measure(job: dict, out: Path) -> dict:
     """The job's figures, or an error line naming the row and why (the suite prints it and goes on)."""
     from bench_train import make_batches
-    from suite_measure import failure
+    from gpu_suite.measure import failure
 
     from elasticface.utils.console import quiet_library_noise
 
