@@ -31,8 +31,8 @@ from elasticface.margin_schedule import MarginSchedule
 from elasticface.metrics.verification import VerificationAccuracy, flip_fused_embeddings
 from elasticface.utils.lightning_private import attached_trainer, should_update_logs
 from elasticface.utils.speed import (CompiledCalls, check_channels_last_setting, check_compile_backend,
-                                     check_compile_setting, compile_available, compile_in_place, should_compile,
-                                     should_use_channels_last)
+                                     check_compile_mode, check_compile_setting, compile_available, compile_in_place,
+                                     should_compile, should_use_channels_last)
 from elasticface.untrusted import build_from_checkpoint
 
 log = logging.getLogger(__name__)
@@ -65,6 +65,7 @@ class FaceRecognitionModule(pl.LightningModule):
         freeze_backbone_bn: bool = False,
         compile: bool | str = False,
         compile_backend: str = "inductor",
+        compile_mode: str = "default",
         channels_last: bool | str = False,
         margin_schedule: dict | None = None,
         imprint_centers: bool = False,
@@ -100,6 +101,7 @@ class FaceRecognitionModule(pl.LightningModule):
         # compiled in setup("fit"), once the accelerator is known: models loaded for evaluation or export stay eager
         self.compile_setting = check_compile_setting(compile)
         self.compile_backend = check_compile_backend(compile_backend)
+        self.compile_mode = check_compile_mode(compile_mode, self.compile_backend)
         self.compiled_calls: CompiledCalls | None = None  # set once compiled: counts the calls into its graphs
         # training steps whose backbone ran the compiled graph, and those that ran it eagerly, in this process
         self.steps_compiled = 0
@@ -383,7 +385,8 @@ class FaceRecognitionModule(pl.LightningModule):
         training_on_cpu = isinstance(self.trainer.accelerator, CPUAccelerator)
         if stage == "fit" and self.compiled_calls is None and should_compile(self.compile_setting, training_on_cpu) \
                 and compile_available(self.backbone):
-            self.compiled_calls = compile_in_place(self.backbone, self.compile_backend)
+            self.compiled_calls = compile_in_place(self.backbone, self.compile_backend, self.compile_mode,
+                                                   "cpu" if training_on_cpu else "cuda")
         if not self.channels_last and should_use_channels_last(self.channels_last_setting, training_on_cpu,
                                                                self.compiled_calls is not None):
             self.use_channels_last()
