@@ -261,9 +261,15 @@ def test_profile_part_profiles_the_compiled_step_and_the_template_reads_nothing_
     (side,) = result["profile"]
     assert side["side"] == "template" and side["row"] == "tiny batch 8 full 16" and side["top"]
     assert side["host_reads_per_step"] == 0, "no host read inside the template's steps (tests/test_host_sync.py)"
-    assert side["compiled"]["ran_compiled"] and side["compiled"]["steps_compiled"] == 3  # 1 warm-up + 2 profiled
-    assert re.search(r"^  template tiny batch 8 full 16 \(compiled: yes 3/3\): [\d.]+ ms per step under the "
+    # one fit: 1 warm-up + 1 timed + 2 profiled steps, all through the compiled graph
+    assert side["compiled"]["ran_compiled"] and side["compiled"]["steps_compiled"] == 4
+    assert re.search(r"^  template tiny batch 8 full 16 \(compiled: yes 4/4\): [\d.]+ ms per step under the "
                      "profiler", text, re.M), text
+    # the host's sources: the backbone (dense class layer at 16 classes: no chunk loop), the head, the optimizer
+    sources = {s["source"]: s for s in side["sources"]}
+    for name in ("backbone + neck", "class layer: head", "optimizer step", "Lightning callbacks"):
+        assert sources[name]["launches"] > 0 and sources[name]["host_ms"] > 0, name
+    assert re.search(r"^      backbone \+ neck +[\d.]+ +[\d.]+ +[\d.]+$", text, re.M), text
 
 
 def test_the_profiler_names_where_the_host_waits_and_leaves_annotation_ranges_out(suite_in_process):
@@ -349,3 +355,57 @@ def test_the_prepared_gpu_call_measures_the_path_users_run_against_the_suite_row
     assert path["command"].startswith("python train.py trainer=cpu backbone=tiny data=recordio data.root=")
     assert re.search(r"^  against the suite's row \([\d,.]+ images/s\): [\d.]+x (yes|NO)", proc.stdout, re.M)
     assert (out / "jobs.tar.gz").is_file() and (out / "suite_train_size.json").is_file()
+
+
+def test_host_work_is_attributed_to_the_named_range_that_launched_it(suite_in_process):
+    """A known window on the CPU: per step, three products in the chunk loop, one add in the head, the optimizer's
+    two ops in torch's own range; each ATen call counted once under the innermost range that names a source."""
+    import torch
+    from gpu_suite import host
+    from gpu_suite.profiling import WindowProfiler
+
+    a = torch.randn(64, 64)
+    prof = WindowProfiler("cpu", steps=2)
+    prof.start()
+    for _ in range(2):
+        with host._range(host.PREFIX + "class layer"):
+            with host._range(host.PREFIX + "chunk loop"):
+                for _ in range(3):
+                    torch.mm(a, a)
+            with host._range(host.PREFIX + "head"):
+                torch.add(a, 1)
+        with torch.profiler.record_function("Optimizer.step#SGD.step"):
+            a.mul(2).sub(1)
+    prof.stop()
+    by = {s["source"]: s for s in prof.summary().sources}
+    assert by["class layer: chunk loop"]["launches"] == 3 and by["class layer: head"]["launches"] == 1
+    assert by["optimizer step"]["launches"] == 2 and "class layer: targets and loss" in by
+    assert by["class layer: targets and loss"]["launches"] == 0  # its ops are all in the ranges inside it
+    assert all(s["host_ms"] >= 0 for s in by.values()) and by["class layer: chunk loop"]["host_ms"] > 0
+    host.ACTIVE[0] = False
+    assert isinstance(host._range("x"), __import__("contextlib").nullcontext), "no range outside a window"
+
+
+def test_the_device_s_idle_time_goes_to_the_source_of_the_next_launch(suite_in_process):
+    """GPU events (made here): a kernel launched from the chunk loop at 0-10 us, then one from a Lightning callback
+    at 15-20 us and one from the optimizer at 20-30 us: 5 us of idle device before the callback's kernel, none before
+    the optimizer's, over one step."""
+    from types import SimpleNamespace as NS
+
+    from gpu_suite import host
+    from torch.autograd import DeviceType
+
+    def ev(i, name, start, end, device=DeviceType.CPU, parent=None, link=0):
+        return NS(id=i, name=name, device_type=device, time_range=NS(start=start, end=end), cpu_parent=parent,
+                  cpu_children=[], thread=1, is_user_annotation=device == DeviceType.CPU, linked_correlation_id=link)
+
+    loop = ev(1, host.PREFIX + "chunk loop", 0, 12)
+    mm = ev(2, "aten::mm", 1, 2, parent=loop)
+    callback = ev(3, "[Callback]ThroughputMonitor.on_train_batch_end", 12, 16)
+    step = ev(4, "Optimizer.step#SGD.step", 16, 19)
+    kernels = [ev(10, "gemm", 0, 10, DeviceType.CUDA, link=2), ev(11, "fill", 15, 20, DeviceType.CUDA, link=3),
+               ev(12, "sgd", 20, 30, DeviceType.CUDA, link=4)]
+    by = {s["source"]: s for s in host.attribute([loop, mm, callback, step, *kernels], steps=1, on_device=True)}
+    assert by["class layer: chunk loop"]["launches"] == 1 and by["class layer: chunk loop"]["idle_before_ms"] == 0
+    assert by["Lightning callbacks"]["idle_before_ms"] == 5e-3 and by["optimizer step"]["idle_before_ms"] == 0
+    assert by["optimizer step"]["device_ms"] == 10e-3 and by["Lightning callbacks"]["host_ms"] == 4e-3

@@ -8,7 +8,8 @@ session's device time.
     process.py     starts a job's process; job.py is what runs in it
     template.py    the template's step as train.py runs it; arcface.py arcface_torch's
     measure.py     timing, memory, FLOPs and host syncs, the same for both sides
-    profiling.py   torch.profiler over a row's steps: kernels, busy share, host waits
+    profiling.py   torch.profiler over a row's steps: kernels, busy share, host waits; host.py: the host's work
+                   by source (backbone, class layer's chunk loop, head, loss, optimizer, Lightning's hooks)
     pipeline.py    the input pipeline against the fastest row
     printing.py    the header, table lines, profiles and goals
     train_path.py  the path users run (train.py as typed) against the suite's row

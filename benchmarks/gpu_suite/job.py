@@ -53,49 +53,75 @@ def eager_fallback(status: dict) -> str | None:
             "backbone eagerly although it is compiled")
 
 
-def two_pass_profile(job: dict, run):
-    """The profile of `run(profiler)`'s steps, taken twice: the window, kernels and device busy share without Python
-    stacks, where the host waits from a second pass with them. Recording stacks slows the host so much that a
-    compiled step becomes host-bound under it (an H200, iresnet100 batch 256: 911 ms per step under the stacks
-    profiler against 85 ms timed, "device busy 7%"), so the busy share of such a window says nothing of the step.
-    Returns (the summary, what the first pass's `run` returned)."""
-    from gpu_suite.profiling import WindowProfiler
+def two_pass_profile(job: dict, run, between=None):
+    """The profile of `run(profiler)`'s steps, taken twice: the window, kernels, device busy share and the host's
+    sources (host.py) without Python stacks, where the host waits from a second pass with them (unless the job says
+    `stacks: false`). Recording stacks slows the host so much that a compiled step becomes host-bound under it (an
+    H200, iresnet100 batch 256: 911 ms per step under the stacks profiler against 85 ms timed, "device busy 7%"), so
+    the busy share of such a window says nothing of the step. `between()` runs after the first pass, before the
+    second. Returns (the summary, what the first pass's `run` returned)."""
+    from gpu_suite import profiling
 
-    plain = WindowProfiler(job["device"], job["profile_steps"])
+    plain = profiling.WindowProfiler(job["device"], job["profile_steps"])
     returned = run(plain)
-    stacked = WindowProfiler(job["device"], job["profile_steps"], stacks=True)
-    run(stacked)
     summary = plain.summary()
-    summary.wait_sites = stacked.summary().wait_sites
+    if between is not None:
+        between()
+    if job.get("stacks", True):
+        stacked = profiling.WindowProfiler(job["device"], job["profile_steps"], stacks=True)
+        run(stacked)
+        summary.wait_sites = stacked.summary().wait_sites
     return summary, returned
 
 
+def compile_caches() -> dict:
+    """Whether this process compiled from nothing or found inductor's and AOTAutograd's caches on disk (a switch's
+    row says which: the call's first process compiles from nothing)."""
+    from torch._dynamo.utils import counters
+
+    return {key: counters[group][key] for group, key in (("inductor", "fxgraph_cache_hit"),
+                                                         ("inductor", "fxgraph_cache_miss"),
+                                                         ("aot_autograd", "autograd_cache_hit"),
+                                                         ("aot_autograd", "autograd_cache_miss"))}
+
+
 def template_side(job: dict, batches: list, out: Path) -> dict:
+    """The row's timed steps and, in the same fit after them, its profile window: the first fit of the process is
+    the row (a second run in a process was 15 ms a step faster on an H200, issue 71). Then, where the job asks, the
+    same row again in this process (`second_run`), the stacks pass, and last the FLOP count."""
     from gpu_suite import template
 
     layer = layer_of(job)
     cfg = template.compose(job["overrides"], out / "run")
-    measured, module = template.run(cfg, layer.classes, batches, job["warmup"], job["steps"], job["device"])
-    result = {"measured": dataclasses.asdict(measured), "compiled": compiled_status(module, job["device"])}
+    result: dict = {}
+
+    def fit(prof=None, gc_mode=job.get("gc")):
+        return template.run(cfg, layer.classes, batches, job["warmup"], job["steps"], job["device"], profiler=prof,
+                            profile_steps=job.get("profile_steps", 0), gc_mode=gc_mode)
+
+    def second_run() -> None:
+        if job.get("second_run"):
+            again, module_again = fit(gc_mode=None)
+            result["second_run"] = {"measured": dataclasses.asdict(again),
+                                    "compiled": compiled_status(module_again, job["device"])}
+
+    if job.get("profile_steps"):
+        summary, (measured, module) = two_pass_profile(job, fit, between=second_run)
+    else:
+        (measured, module), summary = fit(), None
+        second_run()
+    result.update({"measured": dataclasses.asdict(measured), "compiled": compiled_status(module, job["device"]),
+                   "compile_caches": compile_caches()})
     fallback = eager_fallback(result["compiled"])
     if fallback:
         result["error"] = f"{what(job)}: not a figure: {fallback}"
         return result
-    if job.get("profile_steps"):
-        def profiled_run(prof):
-            return template.run(cfg, layer.classes, batches, job["warmup"], job["profile_steps"],
-                                      job["device"], profiler=prof)[1]
-
-        summary, profiled = two_pass_profile(job, profiled_run)
+    if summary is not None:
         result["profile"] = dataclasses.asdict(summary)
-        result["profile"]["compiled"] = compiled_status(profiled, job["device"])
-        fallback = eager_fallback(result["profile"]["compiled"])
-        if fallback:
-            result["profile_error"] = f"profile {what(job)}: not a profile of the compiled step: {fallback}"
-        del profiled
+        result["profile"]["compiled"] = result["compiled"]  # the same fit: its training steps, counted
     if job.get("flops"):  # last: the FLOP counter's dispatch mode may change how torch runs this frame afterwards
         result["measured"]["flops_per_step"] = template.step_flops(module, batches[0], job["device"],
-                                                                         job["precision"])
+                                                                   job["precision"])
     return result
 
 

@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 #: benchmarks/, where the package and the flat bench_*.py scripts it imports live
@@ -28,10 +29,12 @@ def in_own_process(job: dict, out: Path) -> dict:
     with log_file.open("w") as log:
         path = os.pathsep.join([str(BENCHMARKS)] + [p for p in [os.environ.get("PYTHONPATH")] if p])
         env = {**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": path, **job.get("env", {})}
+        started = time.perf_counter()
         proc = subprocess.run([*JOB_COMMAND, str(job_file), str(result_file)], stdout=log, stderr=subprocess.STDOUT,
                               env=env)
     if result_file.is_file():
-        return json.loads(result_file.read_text())
+        # the process's whole time (start-up, compilation, steps): what the next call's budget needs
+        return {**json.loads(result_file.read_text()), "process_seconds": time.perf_counter() - started}
     last = [line for line in log_file.read_text(errors="replace").splitlines() if line.strip()][-1:] or [""]
     return {"error": f"{what(job)}: its process exited with code {proc.returncode} ({last[0].strip()[:200]}; "
                      f"log: {log_file})"}
