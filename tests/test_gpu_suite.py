@@ -332,10 +332,10 @@ def test_a_stopped_gpu_call_keeps_the_jobs_it_measured(tmp_path):
     """The device tool's limit stops a call with SIGTERM: on an H200 the first call lost every job's result that
     way (the tarball was its last line)."""
     out = tmp_path / "out"
-    env = {**os.environ, "PYTHON": sys.executable, "TINY": "1", "PARTS": "suite profile suite_train_size"}
+    env = {**os.environ, "PYTHON": sys.executable, "TINY": "1", "PARTS": "profile switches suite_train_size"}
     proc = subprocess.run(["timeout", "8", "bash", str(CALL), str(out)], cwd=tmp_path,
                           capture_output=True, text=True, timeout=120, env=env)
-    assert proc.returncode == 124 and re.search(r"^gpu_call: stopped after \d+ s$", proc.stdout, re.M), proc.stdout
+    assert proc.returncode == 124 and re.search(r"^call: stopped after \d+ s$", proc.stdout, re.M), proc.stdout
     assert subprocess.run(["tar", "tzf", str(out / "jobs.tar.gz")], capture_output=True).returncode == 0
 
 
@@ -409,3 +409,39 @@ def test_the_device_s_idle_time_goes_to_the_source_of_the_next_launch(suite_in_p
     assert by["class layer: chunk loop"]["launches"] == 1 and by["class layer: chunk loop"]["idle_before_ms"] == 0
     assert by["Lightning callbacks"]["idle_before_ms"] == 5e-3 and by["optimizer step"]["idle_before_ms"] == 0
     assert by["optimizer step"]["device_ms"] == 10e-3 and by["Lightning callbacks"]["host_ms"] == 4e-3
+
+
+@pytest.mark.slow  # the prepared call's first two parts at tiny sizes: eight measuring processes, about 2 minutes
+def test_the_prepared_call_profiles_the_row_and_switches_each_candidate_in_its_own_process(tmp_path):
+    out = tmp_path / "out"
+    env = {**os.environ, "PYTHON": sys.executable, "TINY": "1", "PARTS": "profile switches"}
+    proc = subprocess.run(["bash", str(CALL), str(out), "", "1200"], cwd=tmp_path, capture_output=True, text=True,
+                          timeout=1200, env=env)
+    assert proc.returncode == 0 and "== switches: exit 0" in proc.stdout, proc.stdout[-3000:] + proc.stderr[-2000:]
+    profile = json.loads((out / "profile.json").read_text())
+    (row,) = profile["rows"]
+    assert row["template_second_run"]["compiled"]["ran_compiled"], "the row run again in its process"
+    (side,) = profile["profile"]
+    assert {"backbone + neck", "optimizer step", "Lightning callbacks"} <= {s["source"] for s in side["sources"]}
+    assert side["wait_sites"] == [], "--no-stacks: no second pass with Python stacks"
+    switches = json.loads((out / "switches.json").read_text())
+    rows = {r["switch"]: r for r in switches["switches"]}
+    # the CPU rows trace with dynamo's eager backend, which CUDA graphs cannot use: one line, the others measured
+    (line,) = [x for x in switches["lines"] if x.startswith("switch cuda graphs:")]
+    assert "model.compile_mode=reduce-overhead: the modes are inductor options" in line
+    assert set(rows) == {"baseline", "gc frozen", "gc off", "cudnn.benchmark off", "allocator expandable",
+                         "long warm-up", "second run"}
+    assert len({r["pid"] for r in rows.values()}) == len(rows), "each switch in a process of its own"
+    assert rows["baseline"]["vs_baseline"] == 1.0 and all(r["keeps_result"] for r in rows.values())
+    assert all(r["compiled"]["ran_compiled"] for r in rows.values())
+    assert rows["second run"]["second_run"]["measured"]["seconds_per_step"] > 0
+    assert rows["long warm-up"]["compiled"]["steps_compiled"] == 101  # 100 warm-up + 1 timed
+
+
+def test_switches_left_out_for_time_are_one_line_each(suite_in_process, capsys):
+    """--seconds: the first switch always runs; a switch that the time left cannot hold is named, not started."""
+    result = suite_in_process.main([*TINY, "--pfc-classes", "0", "--steps", "1", "--parts", "switches",
+                                    "--switches", "baseline,gc frozen,gc off", "--seconds", "0.001",
+                                    "--compile-backend", "eager"])
+    assert [r["switch"] for r in result["switches"]] == ["baseline"]
+    assert [x.split(" (")[0] for x in result["lines"]] == ["switch gc frozen: left out", "switch gc off: left out"]

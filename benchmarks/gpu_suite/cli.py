@@ -29,7 +29,8 @@ import time
 from pathlib import Path
 
 from gpu_suite.printing import goals, header, print_profiles, say
-from gpu_suite.rows import SETTINGS, speed_layers, speed_rows, step_rows
+from gpu_suite import switches
+from gpu_suite.rows import SETTINGS, speed_layers, speed_rows, step_rows, switch_rows
 
 NEEDED = {"hydra": "hydra-core", "omegaconf": "omegaconf", "pytorch_lightning": "pytorch-lightning", "timm": "timm",
           "torchdata": "torchdata", "torchmetrics": "torchmetrics", "torchvision": "torchvision",
@@ -76,8 +77,19 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
                    "compilation, cuDNN's autotuning and the allocator's first blocks all fall in the first steps)")
     p.add_argument("--steps", type=int, default=20, help="timed steps")
     p.add_argument("--parts", type=csv_list(str), default=["steps", "speed", "pipeline"],
-                   help="which parts: steps, speed, pipeline, profile (torch.profiler at the speed size; not default)")
-    p.add_argument("--profile-steps", type=int, default=5, help="steps the profile part records after the warm-up")
+                   help="which parts: steps, speed, pipeline, profile (torch.profiler at the speed size), switches "
+                   "(what makes a second run faster, switches.py); the last two not default")
+    p.add_argument("--profile-steps", type=int, default=5,
+                   help="steps the profile records, in the row's own fit after its timed steps")
+    p.add_argument("--no-stacks", dest="stacks", action="store_false",
+                   help="leave out the profile's second pass with Python stacks (where the host waits; a fit more)")
+    p.add_argument("--second-run", action="store_true",
+                   help="a profiled row runs again in its process after its profile (issue 71: faster the second time)")
+    p.add_argument("--switches", type=csv_list(str), default=None,
+                   help="the switches part's switches, in this order (default: all but the costly: "
+                   f"{', '.join(switches.DEFAULT)}; all: {', '.join(switches.NAMES)})")
+    p.add_argument("--seconds", type=float, default=None,
+                   help="the switches part starts no process it has not time for in this many seconds")
     p.add_argument("--speed-backbone", default=None,
                    help="the speed settings' and profiles' backbone (default: the last of --backbones)")
     p.add_argument("--speed-batch", type=int, default=None,
@@ -98,9 +110,13 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
 
         if not torch.cuda.is_available():
             p.error("--device cuda: no CUDA device visible to torch (use --device cpu for the tiny smoke run)")
-    unknown = set(args.parts) - {"steps", "speed", "pipeline", "profile"}
+    unknown = set(args.parts) - {"steps", "speed", "pipeline", "profile", "switches"}
     if unknown:
-        p.error(f"--parts {','.join(sorted(unknown))}: expected some of steps, speed, pipeline, profile")
+        p.error(f"--parts {','.join(sorted(unknown))}: expected some of steps, speed, pipeline, profile, switches")
+    args.switches = args.switches or list(switches.DEFAULT)
+    if set(args.switches) - set(switches.NAMES):
+        p.error(f"--switches {','.join(sorted(set(args.switches) - set(switches.NAMES)))}: expected some of "
+                f"{', '.join(switches.NAMES)}")
     if set(args.layers) - {"full", "pfc"} or len(set(args.layers)) != len(args.layers):
         p.error(f"--layers {','.join(args.layers)}: expected full, pfc or both, each once")
     if set(args.speed_layers) - {"full", "pfc"} or ("pfc" in args.speed_layers and not args.pfc_classes):
@@ -177,7 +193,8 @@ def main(argv: list[str] | None = None) -> dict:
             except (FileNotFoundError, ImportError) as exc:
                 lines.append(f"arcface_torch rows skipped: {str(exc).splitlines()[0]}")
                 say(lines[-1])
-    result: dict = {"header": info, "lines": lines, "rows": [], "speed": [], "pipeline": None, "profile": []}
+    result: dict = {"header": info, "lines": lines, "rows": [], "speed": [], "pipeline": None, "profile": [],
+                    "switches": []}
     with contextlib.ExitStack() as stack:
         out = Path(args.keep) if args.keep else Path(stack.enter_context(tempfile.TemporaryDirectory()))
         out.mkdir(parents=True, exist_ok=True)
@@ -187,6 +204,10 @@ def main(argv: list[str] | None = None) -> dict:
             say(f"(steps{' and profiles' if 'profile' in args.parts else ''}: {time.perf_counter() - t:.0f} s)")
         if "profile" in args.parts:
             print_profiles(args, result["profile"])
+        if "switches" in args.parts:
+            t = time.perf_counter()
+            result["switches"] = switch_rows(args, template_problem, out, lines)
+            say(f"(switches: {time.perf_counter() - t:.0f} s)")
         if "speed" in args.parts:
             t = time.perf_counter()
             for layer in speed_layers(args):

@@ -127,7 +127,9 @@ def mfu_text(m: Measured | None, peak: float | None) -> str:
 
 
 def failure(exc: BaseException, what: str) -> str:
-    """One line naming why a row could not be measured."""
+    """One line naming why a row could not be measured (Hydra's instantiation error: the error it wraps)."""
+    while type(exc).__name__ == "InstantiationException" and exc.__cause__ is not None:
+        exc = exc.__cause__
     if isinstance(exc, torch.OutOfMemoryError):
         first = str(exc).splitlines()[0] if str(exc) else ""
         return f"{what}: does not fit: CUDA out of memory ({first[:160]})"

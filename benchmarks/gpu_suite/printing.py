@@ -95,7 +95,7 @@ def print_profiles(args, profiles: list[dict]) -> None:
 
     say()
     say(f"profiles: {args.speed_backbone} batch {args.speed_batch}, {args.profile_steps} steps after {args.warmup} "
-        "warm-up, in each row's process after its timed steps; kernels (annotation ranges apart) by device time (on "
+        "warm-up and the timed steps, in the row's own fit; kernels (annotation ranges apart) by device time (on "
         "a CPU: ops by their own CPU time), share of all, calls per step; where the host waited on the device")
     fields = {f for f in Profile.__dataclass_fields__}
     for p in profiles:
@@ -131,3 +131,27 @@ def goals(rows: list[dict], peak: float | None) -> None:
         theirs = f" (arcface_torch: {extra['arcface_torch']:+.1f} ms)" if "arcface_torch" in extra else ""
         say(f"  batch {batch}: Partial FC costs {extra['template']:+.1f} ms per step more than the full layer "
             f"{'yes' if extra['template'] <= PFC_EXTRA_MS else 'NO'} (goal <= {PFC_EXTRA_MS} ms){theirs}")
+
+
+def second_run_text(first, second: dict) -> str:
+    """The row run again in its process: the H200 read 70 ms a step there against 85 ms first (issue 71)."""
+    m = second["measured"]
+    ms = m["seconds_per_step"] * 1e3
+    return (f"  the same row run again in its process: {m['batch'] / m['seconds_per_step']:,.1f} images/s, "
+            f"{ms:.1f} ms per step against {first.seconds_per_step * 1e3:.1f} first "
+            f"({ms / (first.seconds_per_step * 1e3):.3f}x; compiled {compiled_text(second['compiled'])})")
+
+
+def switch_text(row: dict) -> str:
+    """One switch's line (switches.py): its first run, the ratio of its step time to the baseline's."""
+    m, caches = row["measured"], row.get("compile_caches") or {}
+    ratio = "-" if row["vs_baseline"] is None else f"{row['vs_baseline']:.3f}x"
+    keeps = {None: "-", True: "yes", False: "NO"}[row.get("keeps_result")]
+    fx = f"{caches.get('fxgraph_cache_hit', 0)}/{caches.get('fxgraph_cache_miss', 0)}"
+    line = (f"  {row['switch']:<22}{m['batch'] / m['seconds_per_step']:>10,.1f}{m['seconds_per_step'] * 1e3:>9.1f}"
+            f"{ratio:>12}{compiled_text(row['compiled'], counts=False):>10}{keeps:>7}  {fx:>17}"
+            f"{num(row.get('process_seconds'), '.0f'):>10}  {row['why']}")
+    if row.get("second_run"):
+        again = row["second_run"]["measured"]["seconds_per_step"]
+        line += f"; second run {again * 1e3:.1f} ms ({again / m['seconds_per_step']:.3f}x its first)"
+    return line

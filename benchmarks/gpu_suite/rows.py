@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from gpu_suite import process
-from gpu_suite.printing import compiled_text, num, row_text, say
+from gpu_suite.printing import compiled_text, num, row_text, say, second_run_text, switch_text
 
 SETTINGS = [
     ("channels_last", ["model.channels_last=true"], ["model.channels_last=false"]),
@@ -67,7 +67,8 @@ def template_job(args, backbone: str, batch: int, layer, extra: list[str] = (), 
     return {"side": "template", "backbone": backbone, "batch": batch, "layer": vars(layer), "device": args.device,
             "precision": args.precision, "overrides": overrides, "warmup": args.warmup,
             "steps": args.steps if steps is None else steps, "flops": flops,
-            "profile_steps": args.profile_steps if profile else 0}
+            "profile_steps": args.profile_steps if profile else 0, "stacks": args.stacks,
+            "second_run": bool(profile and args.second_run)}
 
 
 def arcface_job(args, backbone: str, batch: int, layer, flops: bool, profile: bool) -> dict:
@@ -138,6 +139,10 @@ def step_rows(args, at, template_problem: str | None, peak: float | None, out: P
                 rows.append(row_dict(backbone, batch, layer, ours, theirs, peak, status,
                                      {side: r.get("pid") for side, r in results.items()}))
                 say(row_text(rows[-1], ours, theirs, peak))
+                second = results.get("template", {}).get("second_run")
+                if second and ours is not None:
+                    rows[-1]["template_second_run"] = second
+                    say(second_run_text(ours, second))
     return rows, profiles
 
 
@@ -216,3 +221,63 @@ def speed_rows(args, layer, template_problem: str | None, out: Path, lines: list
             f"{', '.join(f'{x:.6f}' for x in a.losses[:2]):<24}{', '.join(f'{x:.6f}' for x in b.losses[:2]):<24}"
             f"{a.losses[-1]:.4f}/{b.losses[-1]:<10.4f}{rel:>12.2e}  {'yes' if row['keeps_result'] else 'NO'}")
     return rows
+
+
+def switch_rows(args, template_problem: str | None, out: Path, lines: list[str]) -> list[dict]:
+    """Each switch (switches.py) at the speed size with the full class layer, each in its own process, the first
+    run of each process counted, against the `baseline` switch; a switch that would start after `--seconds` of
+    this part is left out with one line (a process's time: the longest so far)."""
+    import time
+
+    from gpu_suite import switches
+
+    (layer,) = [layer for layer in class_layers(args) if layer.rate is None] or [None]
+    say()
+    say(f"switches: {args.speed_backbone} batch {args.speed_batch} {layer.label if layer else '-'}, each in a process "
+        "of its own, its first run counted; against `baseline` (ms per step and images/s: first run of the process)")
+    if template_problem is not None or layer is None:
+        say(f"  {template_problem or 'switches need the full class layer (--layers full)'}")
+        return []
+    say(f"  {'switch':<22}{'img/s':>10}{'ms/step':>9}{'vs baseline':>12}{'compiled':>10}{'same':>7}  "
+        f"{'fx cache hit/miss':>17}{'process s':>10}  what (same: losses of steps 0, 1 as the baseline's)")
+    started, longest, rows = time.perf_counter(), 0.0, []
+    for name in args.switches:
+        switch = switches.by_name(name)
+        left = args.seconds - (time.perf_counter() - started) if args.seconds else None
+        if left is not None and rows and left < longest:
+            lines.append(f"switch {name}: left out ({left:.0f} s of --seconds {args.seconds} left, a process took "
+                         f"{longest:.0f} s)")
+            say(f"  {lines[-1]}")
+            continue
+        job = switches.job_of(switch, template_job(args, args.speed_backbone, args.speed_batch, layer,
+                                                   profile=switch.profile))
+        result = process.in_own_process(job, out)
+        longest = max(longest, result.get("process_seconds", 0.0))
+        if result.get("error"):
+            lines.append(f"switch {name}: {result['error']}")
+            say(f"  {lines[-1]}")
+            continue
+        row = {"switch": name, "why": switch.why, "measured": result["measured"], "compiled": result["compiled"],
+               "compile_caches": result.get("compile_caches"), "process_seconds": result.get("process_seconds"),
+               "second_run": result.get("second_run"), "profile": result.get("profile"), "pid": result.get("pid"),
+               "warmup": job["warmup"]}
+        rows.append(row)
+        say(switch_text(against(row, rows, args.precision)))
+    for row in rows:  # the baseline may have run after a switch
+        against(row, rows, args.precision)
+    return rows
+
+
+def against(row: dict, rows: list[dict], precision: str) -> dict:
+    """`row` with its step time over the baseline's and whether its losses at steps 0 and 1 are the baseline's within
+    the precision's rounding (a switch must not change the step), where the baseline was measured."""
+    base = next((r for r in rows if r["switch"] == "baseline"), None)
+    row["vs_baseline"] = row["keeps_result"] = None
+    if base is not None:
+        row["vs_baseline"] = row["measured"]["seconds_per_step"] / base["measured"]["seconds_per_step"]
+        # step 1 follows the lr schedule, which a longer run (more warm-up steps) stretches: step 0 only then
+        kept = 2 if row["warmup"] == base["warmup"] else 1
+        pairs = list(zip(row["measured"]["losses"][:kept], base["measured"]["losses"][:kept]))
+        rel = max((abs(x - y) / max(abs(y), 1e-12) for x, y in pairs), default=None)
+        row["keeps_result"] = None if rel is None else rel <= LOSS_RTOL.get(precision, LOSS_RTOL_FP32)
+    return row
