@@ -4,9 +4,10 @@
 #   1. profile        iresnet100 batch 256, full class layer: the row (first run of a process that compiles from
 #                     nothing), its profile in the same fit (kernels, busy share, the host's work by source, no Python
 #                     stacks), the same row run again in that process, its FLOPs (MFU)
-#   2. switches       each in a process of its own, first run counted: CUDA graphs (model.compile_mode=reduce-overhead,
-#                     profiled: item 2), the baseline, gc frozen, cudnn.benchmark off, the expandable allocator, gc
-#                     off, a long warm-up, a second run; given the time left after item 4's reserve (RESERVE)
+#   2. switches       each in a process of its own, first run counted: the baseline, CUDA graphs
+#                     (model.compile_mode=reduce-overhead, profiled: item 2), gc frozen, cudnn.benchmark off, the
+#                     expandable allocator, gc off, a long warm-up, a second run; given the time left after item 4's
+#                     reserve (RESERVE): with the estimates below, the baseline and CUDA graphs in a 540 s call
 #   3. suite_train_size + train_path   the path users run (train.py as typed on a RecordIO written here, validated
 #                     and checkpointed each epoch) against the suite's row at its class count (item 4)
 #   4. cuda_graph_tests, gpu_tests     the gpu-marked tests: the CUDA-graph path's, then the others

@@ -24,9 +24,9 @@ class Switch:
 
 
 SWITCHES = (
+    Switch("baseline", "the row as the suite runs it, first in its process"),
     Switch("cuda graphs", "model.compile_mode=reduce-overhead: each graph replayed by one launch (profiled)",
            overrides=("model.compile_mode=reduce-overhead",), profile=True),
-    Switch("baseline", "the row as the suite runs it, first in its process"),
     Switch("gc frozen", "gc.collect() + gc.freeze() before the timed steps: compilation's objects leave every "
            "later collection", gc="freeze"),
     Switch("gc off", "gc.collect() + gc.disable() before the timed steps", gc="disable"),
