@@ -33,13 +33,13 @@ GRAD_RTOL = 1e-5
 BN_RTOL = 1e-5
 
 
-def traced_run(tiny_cfg, steps: int, compile_setting: str) -> dict:
+def traced_run(tiny_cfg, steps: int, compile_setting: str, *extra: str) -> dict:
     epochs = steps // 3  # debug=tiny: 8 identities x 6 images, batch 16: 3 steps an epoch
     trace = StepTrace()
     cfg = tiny_cfg("backbone=toy", "data.image_size=16", "model.backbone.dropout=0.2", "optimizer.lr=0.005",
                    f"trainer.max_epochs={epochs}", f"trainer.check_val_every_n_epoch={epochs}",
                    "checkpoint.every_n_steps=100000", "pixel_baseline=false", f"model.compile={compile_setting}",
-                   "trainer.log_every_n_steps=100")
+                   "trainer.log_every_n_steps=100", *extra)
     build = training.required_callbacks
     training.required_callbacks = lambda *a, **k: build(*a, **k) + [trace]
     try:

@@ -266,8 +266,8 @@ def test_head_only_phase_longer_than_a_step_bounded_run_is_refused_before_the_fi
 
     cfg = tiny_cfg(f"weights={_tiny_file(tmp_path)}", "finetune.head_only_epochs=1", "trainer.max_steps=2",
                    "logger=[]", "pixel_baseline=false")
-    with pytest.raises(ValueError, match=r"^finetune.head_only_epochs=1: the head-only phase \(3 steps\) is not shorter "
-                                         r"than the run \(2 steps\)"):
+    with pytest.raises(ValueError, match=r"^finetune.head_only_epochs=1: the head-only phase \(3 steps\) is not "
+                                         r"shorter than the run \(2 steps\)"):
         run(cfg)
 
 

@@ -1,4 +1,4 @@
-"""benchmarks/gpu_suite.sh, issue 39's one-call GPU measurement, runs on the CPU at tiny sizes so it cannot rot.
+"""benchmarks/gpu_suite/run.sh, issue 39's one-call GPU measurement, runs on the CPU at tiny sizes so it cannot rot.
 
 The command is docs/speed.md's own (`--device cpu`), read from the page; `--json` is added to read its figures.
 """
@@ -15,7 +15,8 @@ import sys
 import pytest
 from conftest import ROOT
 
-SCRIPT = ROOT / "benchmarks" / "gpu_suite.sh"
+SCRIPT = ROOT / "benchmarks" / "gpu_suite" / "run.sh"
+CALL = ROOT / "benchmarks" / "gpu_suite" / "call.sh"
 DOCS = ROOT / "docs" / "speed.md"
 TINY = ["--device", "cpu", "--backbones", "tiny", "--batches", "8", "--full-classes", "16", "--warmup", "1"]
 
@@ -31,7 +32,7 @@ def suite(args: list[str], tmp_path) -> tuple[subprocess.CompletedProcess, dict]
 
 
 def docs_cpu_command() -> list[str]:
-    (line,) = [m for m in re.findall(r"^bash benchmarks/gpu_suite\.sh .*$", DOCS.read_text(), re.M)
+    (line,) = [m for m in re.findall(r"^bash benchmarks/gpu_suite/run\.sh .*$", DOCS.read_text(), re.M)
                if "--device cpu" in m]
     return shlex.split(line)[2:]
 
@@ -98,23 +99,22 @@ def test_arcface_torch_step_runs_beside_the_template_on_the_cpu(tmp_path):
 
 @pytest.fixture
 def suite_in_process(monkeypatch, tmp_path):
-    """gpu_suite imported from benchmarks/ with each measurement taken in this process (suite_job.measure, what
+    """gpu_suite imported from benchmarks/ with each measurement taken in this process (job.measure, what
     the suite's own processes run), so a test can replace what a row runs; the Lightning log levels the
     measurements quiet are restored afterwards."""
     import logging
 
     monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
     levels = {name: logging.getLogger(name).level for name in ("pytorch_lightning", "lightning_fabric")}
-    import gpu_suite
-    import suite_job
+    from gpu_suite import cli, job, process
 
-    def here(job, out):
+    def here(one, out):
         folder = out / f"job{len(list(out.iterdir()))}"
         folder.mkdir()
-        return suite_job.measure({**job, "out_dir": str(folder)}, folder)
+        return job.measure({**one, "out_dir": str(folder)}, folder)
 
-    monkeypatch.setattr(gpu_suite, "in_own_process", here)
-    yield gpu_suite
+    monkeypatch.setattr(process, "in_own_process", here)
+    yield cli
     for name, level in levels.items():
         logging.getLogger(name).setLevel(level)
 
@@ -150,12 +150,12 @@ def test_a_measurement_whose_process_dies_is_one_line(monkeypatch, tmp_path):
     """A process that ends without a result (killed, a crash in a CUDA library) names the row, its exit code and
     log (the suite prints the line and measures the other rows)."""
     monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
-    import gpu_suite
+    from gpu_suite import process
 
     script = tmp_path / "dies.py"
     script.write_text("import sys\nprint('Segmentation fault (core dumped)')\nsys.exit(139)\n")
-    monkeypatch.setattr(gpu_suite, "JOB_SCRIPT", script)
-    result = gpu_suite.in_own_process(
+    monkeypatch.setattr(process, "JOB_COMMAND", [sys.executable, str(script)])
+    result = process.in_own_process(
         {"side": "template", "backbone": "tiny", "batch": 8, "layer": {"option": "default", "classes": 16}},
         tmp_path)
     assert re.fullmatch(r"template tiny batch 8 full 16: its process exited with code 139 \(Segmentation fault "
@@ -163,17 +163,17 @@ def test_a_measurement_whose_process_dies_is_one_line(monkeypatch, tmp_path):
 
 
 def test_a_row_out_of_gpu_memory_is_one_line_and_the_other_rows_are_measured(suite_in_process, monkeypatch, capsys):
-    import suite_template
     import torch
+    from gpu_suite import template
 
-    real = suite_template.run
+    real = template.run
 
     def run(cfg, classes, *args, **kwargs):
         if classes == 64:  # the partial_fc row does not fit
             raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 3.81 GiB")
         return real(cfg, classes, *args, **kwargs)
 
-    monkeypatch.setattr(suite_template, "run", run)
+    monkeypatch.setattr(template, "run", run)
     result = suite_in_process.main([*TINY, "--pfc-classes", "64", "--steps", "1", "--parts", "steps"])
     text = capsys.readouterr().out
     named = [line for line in text.splitlines() if "out of memory" in line]
@@ -201,13 +201,13 @@ def test_precision_without_bf16_is_one_line_and_the_pipeline_is_still_measured(s
 def test_speed_runs_doing_the_same_on_the_gpu_are_measured_once(suite_in_process, tmp_path):
     """`auto` resolved per device: on a GPU the defaults compile and leave the layout to inductor, so the base,
     `model.compile=true` and `model.channels_last=false` are one run; on a CPU the defaults run eagerly in NCHW."""
-    import suite_template
-    from suite_template import Layer
+    from gpu_suite import rows, template
+    from gpu_suite.template import Layer
 
-    base = suite_template.overrides("tiny", 8, Layer("default", 16), "cuda", "bf16-mixed", "arcface")
+    base = template.overrides("tiny", 8, Layer("default", 16), "cuda", "bf16-mixed", "arcface")
 
     def key(device, *extra):
-        return suite_in_process.run_key(suite_template.compose(base + list(extra), tmp_path), device)
+        return rows.run_key(template.compose(base + list(extra), tmp_path), device)
 
     assert key("cuda") == key("cuda", "model.compile=true") == key("cuda", "model.channels_last=false")
     assert key("cuda", "model.compile=false") == key("cuda", "model.compile=false", "model.channels_last=true")
@@ -238,7 +238,7 @@ def test_speed_layers_picks_the_class_layers(suite_in_process, capsys):
 def test_the_profiler_counts_the_window_s_ops_and_host_reads(suite_in_process):
     """A known step: one matrix product and one `.item()` per step, three steps in the window."""
     import torch
-    from suite_profile import WindowProfiler
+    from gpu_suite.profiling import WindowProfiler
 
     prof = WindowProfiler("cpu", steps=3)
     a = torch.randn(256, 256)
@@ -261,16 +261,22 @@ def test_profile_part_profiles_the_compiled_step_and_the_template_reads_nothing_
     (side,) = result["profile"]
     assert side["side"] == "template" and side["row"] == "tiny batch 8 full 16" and side["top"]
     assert side["host_reads_per_step"] == 0, "no host read inside the template's steps (tests/test_host_sync.py)"
-    assert side["compiled"]["ran_compiled"] and side["compiled"]["steps_compiled"] == 3  # 1 warm-up + 2 profiled
-    assert re.search(r"^  template tiny batch 8 full 16 \(compiled: yes 3/3\): [\d.]+ ms per step under the "
+    # one fit: 1 warm-up + 1 timed + 2 profiled steps, all through the compiled graph
+    assert side["compiled"]["ran_compiled"] and side["compiled"]["steps_compiled"] == 4
+    assert re.search(r"^  template tiny batch 8 full 16 \(compiled: yes 4/4\): [\d.]+ ms per step under the "
                      "profiler", text, re.M), text
+    # the host's sources: the backbone (dense class layer at 16 classes: no chunk loop), the head, the optimizer
+    sources = {s["source"]: s for s in side["sources"]}
+    for name in ("backbone + neck", "class layer: head", "optimizer step", "Lightning callbacks"):
+        assert sources[name]["launches"] > 0 and sources[name]["host_ms"] > 0, name
+    assert re.search(r"^      backbone \+ neck +[\d.]+ +[\d.]+ +[\d.]+$", text, re.M), text
 
 
 def test_the_profiler_names_where_the_host_waits_and_leaves_annotation_ranges_out(suite_in_process):
     """`record_function` ranges (the optimizer's `Optimizer.step#SGD.step`) are laid over the ops they hold: they
     are not work of their own, and on a GPU counting them made the device "192% busy"."""
     import torch
-    from suite_profile import WindowProfiler, busy_us
+    from gpu_suite.profiling import WindowProfiler, busy_us
 
     def reads_back(a):
         return (a @ a).sum().item()
@@ -295,18 +301,17 @@ def test_a_profile_s_busy_share_is_of_a_window_without_stacks_and_its_wait_sites
                                                                                                monkeypatch):
     """Recording Python stacks slowed an H200's compiled template step from 85 to 911 ms, so the busy share of such
     a window is the profiler's, not the step's: the suite takes the figures without stacks, the wait sites with."""
-    import suite_job
-    import suite_profile
     import torch
+    from gpu_suite import job, profiling
 
     made = []
 
-    class Recorded(suite_profile.WindowProfiler):
+    class Recorded(profiling.WindowProfiler):
         def __init__(self, *args, **kwargs):
             super().__init__(*args, **kwargs)
             made.append(self)
 
-    monkeypatch.setattr(suite_profile, "WindowProfiler", Recorded)
+    monkeypatch.setattr(profiling, "WindowProfiler", Recorded)
     a = torch.randn(64, 64)
 
     def reads_back(prof):
@@ -316,7 +321,7 @@ def test_a_profile_s_busy_share_is_of_a_window_without_stacks_and_its_wait_sites
         prof.stop()
         return len(made)
 
-    summary, returned = suite_job.two_pass_profile({"device": "cpu", "profile_steps": 2}, reads_back)
+    summary, returned = job.two_pass_profile({"device": "cpu", "profile_steps": 2}, reads_back)
     assert [p.stacks for p in made] == [False, True] and returned == 1  # what the first pass's run returned
     assert summary.window_ms == made[0].window_ms and made[0].summary().wait_sites == []
     (site,) = summary.wait_sites
@@ -327,10 +332,10 @@ def test_a_stopped_gpu_call_keeps_the_jobs_it_measured(tmp_path):
     """The device tool's limit stops a call with SIGTERM: on an H200 the first call lost every job's result that
     way (the tarball was its last line)."""
     out = tmp_path / "out"
-    env = {**os.environ, "PYTHON": sys.executable, "TINY": "1", "PARTS": "suite profile suite_train_size"}
-    proc = subprocess.run(["timeout", "8", "bash", str(ROOT / "benchmarks" / "gpu_call.sh"), str(out)], cwd=tmp_path,
+    env = {**os.environ, "PYTHON": sys.executable, "TINY": "1", "PARTS": "profile switches suite_train_size"}
+    proc = subprocess.run(["timeout", "8", "bash", str(CALL), str(out)], cwd=tmp_path,
                           capture_output=True, text=True, timeout=120, env=env)
-    assert proc.returncode == 124 and re.search(r"^gpu_call: stopped after \d+ s$", proc.stdout, re.M), proc.stdout
+    assert proc.returncode == 124 and re.search(r"^call: stopped after \d+ s$", proc.stdout, re.M), proc.stdout
     assert subprocess.run(["tar", "tzf", str(out / "jobs.tar.gz")], capture_output=True).returncode == 0
 
 
@@ -338,7 +343,7 @@ def test_a_stopped_gpu_call_keeps_the_jobs_it_measured(tmp_path):
 def test_the_prepared_gpu_call_measures_the_path_users_run_against_the_suite_row(tmp_path):
     out = tmp_path / "out"
     env = {**os.environ, "PYTHON": sys.executable, "TINY": "1", "PARTS": "suite_train_size train_path"}
-    proc = subprocess.run(["bash", str(ROOT / "benchmarks" / "gpu_call.sh"), str(out), "", "1200"], cwd=tmp_path,
+    proc = subprocess.run(["bash", str(CALL), str(out), "", "1200"], cwd=tmp_path,
                           capture_output=True, text=True, timeout=1200, env=env)
     assert proc.returncode == 0 and "== train_path: exit 0" in proc.stdout, proc.stdout[-3000:] + proc.stderr[-2000:]
     path = json.loads((out / "train_path.json").read_text())
@@ -350,3 +355,93 @@ def test_the_prepared_gpu_call_measures_the_path_users_run_against_the_suite_row
     assert path["command"].startswith("python train.py trainer=cpu backbone=tiny data=recordio data.root=")
     assert re.search(r"^  against the suite's row \([\d,.]+ images/s\): [\d.]+x (yes|NO)", proc.stdout, re.M)
     assert (out / "jobs.tar.gz").is_file() and (out / "suite_train_size.json").is_file()
+
+
+def test_host_work_is_attributed_to_the_named_range_that_launched_it(suite_in_process):
+    """A known window on the CPU: per step, three products in the chunk loop, one add in the head, the optimizer's
+    two ops in torch's own range; each ATen call counted once under the innermost range that names a source."""
+    import torch
+    from gpu_suite import host
+    from gpu_suite.profiling import WindowProfiler
+
+    a = torch.randn(64, 64)
+    prof = WindowProfiler("cpu", steps=2)
+    prof.start()
+    for _ in range(2):
+        with host._range(host.PREFIX + "class layer"):
+            with host._range(host.PREFIX + "chunk loop"):
+                for _ in range(3):
+                    torch.mm(a, a)
+            with host._range(host.PREFIX + "head"):
+                torch.add(a, 1)
+        with torch.profiler.record_function("Optimizer.step#SGD.step"):
+            a.mul(2).sub(1)
+    prof.stop()
+    by = {s["source"]: s for s in prof.summary().sources}
+    assert by["class layer: chunk loop"]["launches"] == 3 and by["class layer: head"]["launches"] == 1
+    assert by["optimizer step"]["launches"] == 2 and "class layer: targets and loss" in by
+    assert by["class layer: targets and loss"]["launches"] == 0  # its ops are all in the ranges inside it
+    assert all(s["host_ms"] >= 0 for s in by.values()) and by["class layer: chunk loop"]["host_ms"] > 0
+    host.ACTIVE[0] = False
+    assert isinstance(host._range("x"), __import__("contextlib").nullcontext), "no range outside a window"
+
+
+def test_the_device_s_idle_time_goes_to_the_source_of_the_next_launch(suite_in_process):
+    """GPU events (made here): a kernel launched from the chunk loop at 0-10 us, then one from a Lightning callback
+    at 15-20 us and one from the optimizer at 20-30 us: 5 us of idle device before the callback's kernel, none before
+    the optimizer's, over one step."""
+    from types import SimpleNamespace as NS
+
+    from gpu_suite import host
+    from torch.autograd import DeviceType
+
+    def ev(i, name, start, end, device=DeviceType.CPU, parent=None, link=0):
+        return NS(id=i, name=name, device_type=device, time_range=NS(start=start, end=end), cpu_parent=parent,
+                  cpu_children=[], thread=1, is_user_annotation=device == DeviceType.CPU, linked_correlation_id=link)
+
+    loop = ev(1, host.PREFIX + "chunk loop", 0, 12)
+    mm = ev(2, "aten::mm", 1, 2, parent=loop)
+    callback = ev(3, "[Callback]ThroughputMonitor.on_train_batch_end", 12, 16)
+    step = ev(4, "Optimizer.step#SGD.step", 16, 19)
+    kernels = [ev(10, "gemm", 0, 10, DeviceType.CUDA, link=2), ev(11, "fill", 15, 20, DeviceType.CUDA, link=3),
+               ev(12, "sgd", 20, 30, DeviceType.CUDA, link=4)]
+    by = {s["source"]: s for s in host.attribute([loop, mm, callback, step, *kernels], steps=1, on_device=True)}
+    assert by["class layer: chunk loop"]["launches"] == 1 and by["class layer: chunk loop"]["idle_before_ms"] == 0
+    assert by["Lightning callbacks"]["idle_before_ms"] == 5e-3 and by["optimizer step"]["idle_before_ms"] == 0
+    assert by["optimizer step"]["device_ms"] == 10e-3 and by["Lightning callbacks"]["host_ms"] == 4e-3
+
+
+@pytest.mark.slow  # the prepared call's first two parts at tiny sizes: eight measuring processes, about 2 minutes
+def test_the_prepared_call_profiles_the_row_and_switches_each_candidate_in_its_own_process(tmp_path):
+    out = tmp_path / "out"
+    env = {**os.environ, "PYTHON": sys.executable, "TINY": "1", "PARTS": "profile switches"}
+    proc = subprocess.run(["bash", str(CALL), str(out), "", "1200"], cwd=tmp_path, capture_output=True, text=True,
+                          timeout=1200, env=env)
+    assert proc.returncode == 0 and "== switches: exit 0" in proc.stdout, proc.stdout[-3000:] + proc.stderr[-2000:]
+    profile = json.loads((out / "profile.json").read_text())
+    (row,) = profile["rows"]
+    assert row["template_second_run"]["compiled"]["ran_compiled"], "the row run again in its process"
+    (side,) = profile["profile"]
+    assert {"backbone + neck", "optimizer step", "Lightning callbacks"} <= {s["source"] for s in side["sources"]}
+    assert side["wait_sites"] == [], "--no-stacks: no second pass with Python stacks"
+    switches = json.loads((out / "switches.json").read_text())
+    rows = {r["switch"]: r for r in switches["switches"]}
+    # the CPU rows trace with dynamo's eager backend, which CUDA graphs cannot use: one line, the others measured
+    (line,) = [x for x in switches["lines"] if x.startswith("switch cuda graphs:")]
+    assert "model.compile_mode=reduce-overhead: the modes are inductor options" in line
+    assert set(rows) == {"baseline", "gc frozen", "gc off", "cudnn.benchmark off", "allocator expandable",
+                         "long warm-up", "second run"}
+    assert len({r["pid"] for r in rows.values()}) == len(rows), "each switch in a process of its own"
+    assert rows["baseline"]["vs_baseline"] == 1.0 and all(r["keeps_result"] for r in rows.values())
+    assert all(r["compiled"]["ran_compiled"] for r in rows.values())
+    assert rows["second run"]["second_run"]["measured"]["seconds_per_step"] > 0
+    assert rows["long warm-up"]["compiled"]["steps_compiled"] == 101  # 100 warm-up + 1 timed
+
+
+def test_switches_left_out_for_time_are_one_line_each(suite_in_process, capsys):
+    """--seconds: the first switch always runs; a switch that the time left cannot hold is named, not started."""
+    result = suite_in_process.main([*TINY, "--pfc-classes", "0", "--steps", "1", "--parts", "switches",
+                                    "--switches", "baseline,gc frozen,gc off", "--seconds", "0.001",
+                                    "--compile-backend", "eager"])
+    assert [r["switch"] for r in result["switches"]] == ["baseline"]
+    assert [x.split(" (")[0] for x in result["lines"]] == ["switch gc frozen: left out", "switch gc off: left out"]

@@ -53,7 +53,7 @@ SKIP = {
     "nvidia-smi": "needs an NVIDIA driver",
     "git": "fetches public data over the network (docs/lfw.md: LFW's photos); no network in the tests",
     "cp": "copies the local config example; tests/test_local_config.py composes train and eval with that copy",
-    "bash benchmarks/gpu_suite.sh": "tests/test_gpu_suite.py runs the page's `--device cpu` command and checks its "
+    "bash benchmarks/gpu_suite/run.sh": "tests/test_gpu_suite.py runs the page's `--device cpu` command and checks its "
     "figures; without `--device cpu` it needs a lent GPU and an arcface_torch checkout",
 }
 #: placeholders for public data the user fetches (LFW's and CFP's photos, insightface's y1 model): not ours to ship.

@@ -138,7 +138,8 @@ def test_channels_last_auto_is_nhwc_on_a_gpu_when_eager(tiny_cfg, monkeypatch, c
     import elasticface.module
 
     monkeypatch.setattr(elasticface.module, "compile_available", lambda backbone: True)
-    monkeypatch.setattr(elasticface.module, "compile_in_place", lambda backbone, backend: speed.CompiledCalls(backend))
+    monkeypatch.setattr(elasticface.module, "compile_in_place",
+                        lambda backbone, backend, *mode: speed.CompiledCalls(backend))
     module = build_module(tiny_cfg(f"model.channels_last={channels_last}", f"model.compile={compile}"), 8)
     if on_gpu:
         module.trainer = fake_gpu_trainer()

@@ -29,8 +29,8 @@ from elasticface.margin_schedule import MarginSchedule
 from elasticface.metrics.verification import VerificationAccuracy, flip_fused_embeddings
 from elasticface.utils.lightning_private import attached_trainer
 from elasticface.utils.speed import (CompiledCalls, backbone_family, check_channels_last_setting,
-                                     check_compile_backend, check_compile_setting, compile_available, compile_in_place,
-                                     should_compile, should_use_channels_last)
+                                     check_compile_backend, check_compile_mode, check_compile_setting,
+                                     compile_available, compile_in_place, should_compile, should_use_channels_last)
 from elasticface.untrusted import build_from_checkpoint
 
 log = logging.getLogger(__name__)
@@ -61,6 +61,7 @@ class FaceRecognitionModule(pl.LightningModule):
         classifier: dict | None = None,
         compile: bool | str = False,
         compile_backend: str = "inductor",
+        compile_mode: str = "default",
         channels_last: bool | str = False,
         margin_schedule: dict | None = None,
         built_backbone: nn.Module | None = None,
@@ -93,6 +94,7 @@ class FaceRecognitionModule(pl.LightningModule):
         # compiled in setup("fit"), once the accelerator is known: models loaded for evaluation or export stay eager
         self.compile_setting = check_compile_setting(compile)
         self.compile_backend = check_compile_backend(compile_backend)
+        self.compile_mode = check_compile_mode(compile_mode, self.compile_backend)
         self.compiled_calls: CompiledCalls | None = None  # set once compiled: counts the calls into its graphs
         # named submodules whose parameters form their own optimizer group: {"backbone": {"lr_scale": 0.1,
         # "weight_decay": 0.0}} (lr_scale times optimizer.lr, any other optimizer option as is); set by callbacks
@@ -217,7 +219,8 @@ class FaceRecognitionModule(pl.LightningModule):
         family = backbone_family(self.hparams.backbone.get("name"))
         if stage == "fit" and self.compiled_calls is None \
                 and should_compile(self.compile_setting, training_on_cpu, family) and compile_available(self.backbone):
-            self.compiled_calls = compile_in_place(self.backbone, self.compile_backend)
+            self.compiled_calls = compile_in_place(self.backbone, self.compile_backend, self.compile_mode,
+                                                   "cpu" if training_on_cpu else "cuda")
         if not self.channels_last and should_use_channels_last(self.channels_last_setting, training_on_cpu,
                                                                self.compiled_calls is not None, family):
             self.use_channels_last()

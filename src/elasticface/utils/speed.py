@@ -60,34 +60,123 @@ def compile_available(module: nn.Module) -> bool:
 COMPILE_OPTIONS = {"fallback_random": True}
 
 
+#: `model.compile_mode`: torch.compile's modes, applied as the inductor options torch gives each
+#: (torch._inductor.list_mode_options): `reduce-overhead` replays the compiled graphs as CUDA graphs (cudagraph trees),
+#: one launch for the kernels between two host reads; the max-autotune modes benchmark kernel choices while compiling
+COMPILE_MODES = ("default", "reduce-overhead", "max-autotune-no-cudagraphs", "max-autotune")
+CUDAGRAPHS_OPTION = "triton.cudagraphs"
+
+
+def check_compile_mode(mode: object, backend: str = "inductor") -> str:
+    """`model.compile_mode`: one of COMPILE_MODES; a mode other than `default` is an inductor option."""
+    if mode not in COMPILE_MODES:
+        raise ValueError(f"model.compile_mode={mode!r}: expected one of {', '.join(COMPILE_MODES)} (torch.compile's "
+                         "modes; reduce-overhead = CUDA graphs)")
+    if mode != "default" and backend != "inductor":
+        raise ValueError(f"model.compile_mode={mode}: the modes are inductor options; model.compile_backend={backend} "
+                         "generates no code (use model.compile_mode=default with it)")
+    return str(mode)
+
+
+def cudagraphs_problem(device_type: str) -> str | None:
+    """Why CUDA graphs cannot replay a step trained on `device_type` with this torch, or None."""
+    if device_type != "cuda":
+        return f"CUDA graphs need a CUDA device (training on {device_type})"
+    if not torch.cuda.is_available() or not hasattr(torch.cuda, "CUDAGraph"):
+        return f"torch {torch.__version__} has no CUDA graph support here"
+    return None
+
+
+def mode_options(mode: str, device_type: str) -> dict:
+    """The inductor options of `mode` that can run on `device_type`: without CUDA graphs where they cannot (one line
+    says so; the step runs its compiled kernels uncaptured)."""
+    from torch._inductor import list_mode_options
+
+    options = dict(list_mode_options(mode))
+    problem = cudagraphs_problem(device_type) if options.get(CUDAGRAPHS_OPTION) else None
+    if problem:
+        options.pop(CUDAGRAPHS_OPTION)
+        log.warning("model.compile_mode=%s: %s; compiling without them (the step's kernels are launched one by one)",
+                    mode, problem)
+    return options
+
+
+class _SkipReasons(logging.Handler):
+    """inductor's reasons for running a graph without CUDA graphs ("skipping cudagraphs due to ..."), kept."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.reasons: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.reasons.append(record.getMessage().splitlines()[0][:200])
+
+
 class CompiledCalls:
     """A torch.compile backend that counts the calls into the graphs it built: whether a step *ran* compiled,
     which the setting cannot say. dynamo can run a compiled module eagerly with no error (torch 2.11 skips its
     frame for good once it was called under a TorchDispatchMode such as FlopCounterMode; a recompile limit
     reached; `torch.compiler.set_stance`), and only a call into the graph shows that it did not.
 
-    `backend` is torch.compile's backend by name: `inductor` (with COMPILE_OPTIONS) or one of dynamo's
-    debugging backends (`aot_eager`, `eager`), which trace and count the same way without generating code."""
+    `backend` is torch.compile's backend by name: `inductor` (with COMPILE_OPTIONS and `options`, a mode's) or one of
+    dynamo's debugging backends (`aot_eager`, `eager`), which trace and count the same way without generating code.
 
-    def __init__(self, backend: str = "inductor") -> None:
+    With CUDA graphs (`options` holds triton.cudagraphs) each call starts a new cudagraph-tree step and returns copies
+    of the graph's outputs: a replay overwrites the outputs of the one before, and the validation keeps the
+    embeddings of an image and of its flip (a [B, 512] copy, one small kernel). A graph inductor could not capture
+    (dynamic shapes, a host sync, a CPU tensor) runs uncaptured: `cudagraph_skips` counts them, and the first is
+    said in one line naming its reason."""
+
+    def __init__(self, backend: str = "inductor", options: dict | None = None) -> None:
         self.backend = backend
+        self.options = dict(options or {})
+        self.cudagraphs = bool(self.options.get(CUDAGRAPHS_OPTION))
         self.calls = 0
         self.graphs = 0
+        self.cudagraph_skips = 0
+        self._skips = _SkipReasons()
 
     def __call__(self, gm: torch.fx.GraphModule, example_inputs: list) -> Callable:
         if self.backend == "inductor":
             from torch._inductor.compile_fx import compile_fx
 
-            compiled = compile_fx(gm, example_inputs, config_patches=COMPILE_OPTIONS)
+            compiled = compile_fx(gm, example_inputs, config_patches={**COMPILE_OPTIONS, **self.options})
         else:
             from torch._dynamo import lookup_backend
 
             compiled = lookup_backend(self.backend)(gm, example_inputs)
         self.graphs += 1
+        if self.cudagraphs:
+            return self._replayed(compiled)
 
         def run(*args: Any) -> Any:
             self.calls += 1
             return compiled(*args)
+
+        return run
+
+    def _replayed(self, compiled: Callable) -> Callable:
+        from torch._dynamo.utils import counters
+        from torch._inductor.cudagraph_utils import cudagraphs_log
+        from torch.utils._pytree import tree_map_only
+
+        cudagraphs_log.addHandler(self._skips)
+        seen = counters["inductor"]["cudagraph_skips"]
+
+        def run(*args: Any) -> Any:
+            nonlocal seen
+            self.calls += 1
+            torch.compiler.cudagraph_mark_step_begin()
+            out = tree_map_only(torch.Tensor, torch.clone, compiled(*args))
+            skips = counters["inductor"]["cudagraph_skips"]
+            if skips != seen:  # the backward graph is compiled at the first backward: checked at every call
+                if not self.cudagraph_skips:
+                    reason = self._skips.reasons[-1] if self._skips.reasons else "see TORCH_LOGS=cudagraphs"
+                    log.warning("model.compile_mode: inductor could not capture a graph of the backbone as a CUDA "
+                                "graph (%s); it runs uncaptured, its kernels launched one by one", reason)
+                self.cudagraph_skips += skips - seen
+                seen = skips
+            return out
 
         return run
 
@@ -102,9 +191,11 @@ def check_compile_backend(name: object) -> str:
     return str(name)
 
 
-def compile_in_place(module: nn.Module, backend: str = "inductor") -> CompiledCalls:
+def compile_in_place(module: nn.Module, backend: str = "inductor", mode: str = "default",
+                     device_type: str = "cuda") -> CompiledCalls:
     """torch.compile `module` in place (its state_dict keeps its names, no `_orig_mod.`), with eager's random
-    numbers, from an inductor cache of this CPU's vector ISA; the returned counter says what ran compiled.
+    numbers, from an inductor cache of this CPU's vector ISA, in `mode` (`model.compile_mode`; CUDA graphs only
+    where `device_type` runs them); the returned counter says what ran compiled.
 
     dynamo's in-memory caches are emptied first, as a new process would have them: they count compilations per
     code object, so every module of one class compiled in a process adds to the same count, and at dynamo's
@@ -116,7 +207,7 @@ def compile_in_place(module: nn.Module, backend: str = "inductor") -> CompiledCa
 
     torch._dynamo.reset()
     use_inductor_cache_of_this_isa()
-    counter = CompiledCalls(backend)
+    counter = CompiledCalls(backend, mode_options(check_compile_mode(mode, backend), device_type))
     module.compile(backend=counter)
     return counter
 

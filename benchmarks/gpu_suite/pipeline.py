@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import torch
 
 from bench_data import build_rec, smooth_faces
-from suite_measure import sync
+from gpu_suite.measure import sync
 
 
 @dataclass
@@ -99,3 +99,38 @@ def gpu_decode_rate(dataset, batch: int, passes: int) -> float:
     done = sum(one_pass() for _ in range(passes))
     sync("cuda")
     return done / (time.perf_counter() - t0)
+
+
+def part(args, rows: list[dict]) -> dict:
+    """The pipeline's images/s against the fastest template row's, printed."""
+    import tempfile
+
+    from gpu_suite.printing import say
+
+    say()
+    workers = args.workers if args.workers is not None else cores()
+    with tempfile.TemporaryDirectory() as tmp:
+        result = measure(tmp, args.pipeline_images, workers, max(args.batches), args.passes,
+                                        args.device)
+    fastest = max(((r["template"]["images_per_s"], r) for r in rows if r.get("template")), default=None,
+                  key=lambda t: t[0])
+    need = fastest[0] if fastest else None
+    where = f"{fastest[1]['backbone']} batch {fastest[1]['batch']} {fastest[1]['class_layer']}" if fastest else ""
+
+    def versus(rate: float | None) -> str:
+        if rate is None or need is None:
+            return ""
+        verdict = "not the bottleneck" if rate >= need else "THE BOTTLENECK"
+        return f" = {rate / need:.2f}x the fastest template row ({where}, {need:,.1f} images/s): {verdict}"
+
+    say(f"input pipeline: RecordIO of {result.images} 112x112 JPEGs written by elasticface-convert's writer, "
+        f"decode + flip + scale, {args.passes} passes")
+    say(f"  CPU, {result.cpu_workers} loader workers: {result.cpu_images_per_s:,.1f} images/s"
+        f"{versus(result.cpu_images_per_s)}")
+    if result.gpu_images_per_s is not None:
+        say(f"  GPU JPEG decoder (torchvision.io.decode_jpeg on cuda, bytes in memory): "
+            f"{result.gpu_images_per_s:,.1f} images/s{versus(result.gpu_images_per_s)}")
+    else:
+        say(f"  GPU JPEG decoder: not measured ({result.gpu_note})")
+    return {"images": result.images, "cpu_workers": result.cpu_workers, "cpu_images_per_s": result.cpu_images_per_s,
+            "gpu_images_per_s": result.gpu_images_per_s, "gpu_note": result.gpu_note, "model_images_per_s": need}

@@ -2,10 +2,10 @@
 
 torch keeps global state that one measurement can change for the next: dynamo's caches and skip lists (torch 2.11
 skips a compiled frame for good once it was called under a TorchDispatchMode such as the FLOP counter's, so every
-row after the first ran eagerly), cuDNN's autotuner, the caching allocator. gpu_suite.py starts this script for
-each row, speed run and profile:
+row after the first ran eagerly), cuDNN's autotuner, the caching allocator. process.py starts this module
+for each row, speed run and profile:
 
-    python benchmarks/suite_job.py JOB.json RESULT.json
+    python -m gpu_suite.job JOB.json RESULT.json
 
 JOB.json names one side of one row (`template` or `arcface_torch`), its backbone, batch, class layer, precision,
 head, extra train.py overrides, warm-up and timed steps, and what else to measure after the timed steps (a
@@ -22,11 +22,10 @@ import os
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 
 def layer_of(job: dict):
-    from suite_template import Layer
+    from gpu_suite.template import Layer
 
     return Layer(**job["layer"])
 
@@ -54,63 +53,89 @@ def eager_fallback(status: dict) -> str | None:
             "backbone eagerly although it is compiled")
 
 
-def two_pass_profile(job: dict, run):
-    """The profile of `run(profiler)`'s steps, taken twice: the window, kernels and device busy share without Python
-    stacks, where the host waits from a second pass with them. Recording stacks slows the host so much that a
-    compiled step becomes host-bound under it (an H200, iresnet100 batch 256: 911 ms per step under the stacks
-    profiler against 85 ms timed, "device busy 7%"), so the busy share of such a window says nothing of the step.
-    Returns (the summary, what the first pass's `run` returned)."""
-    from suite_profile import WindowProfiler
+def two_pass_profile(job: dict, run, between=None):
+    """The profile of `run(profiler)`'s steps, taken twice: the window, kernels, device busy share and the host's
+    sources (host.py) without Python stacks, where the host waits from a second pass with them (unless the job says
+    `stacks: false`). Recording stacks slows the host so much that a compiled step becomes host-bound under it (an
+    H200, iresnet100 batch 256: 911 ms per step under the stacks profiler against 85 ms timed, "device busy 7%"), so
+    the busy share of such a window says nothing of the step. `between()` runs after the first pass, before the
+    second. Returns (the summary, what the first pass's `run` returned)."""
+    from gpu_suite import profiling
 
-    plain = WindowProfiler(job["device"], job["profile_steps"])
+    plain = profiling.WindowProfiler(job["device"], job["profile_steps"])
     returned = run(plain)
-    stacked = WindowProfiler(job["device"], job["profile_steps"], stacks=True)
-    run(stacked)
     summary = plain.summary()
-    summary.wait_sites = stacked.summary().wait_sites
+    if between is not None:
+        between()
+    if job.get("stacks", True):
+        stacked = profiling.WindowProfiler(job["device"], job["profile_steps"], stacks=True)
+        run(stacked)
+        summary.wait_sites = stacked.summary().wait_sites
     return summary, returned
 
 
+def compile_caches() -> dict:
+    """Whether this process compiled from nothing or found inductor's and AOTAutograd's caches on disk (a switch's
+    row says which: the call's first process compiles from nothing)."""
+    from torch._dynamo.utils import counters
+
+    return {key: counters[group][key] for group, key in (("inductor", "fxgraph_cache_hit"),
+                                                         ("inductor", "fxgraph_cache_miss"),
+                                                         ("aot_autograd", "autograd_cache_hit"),
+                                                         ("aot_autograd", "autograd_cache_miss"))}
+
+
 def template_side(job: dict, batches: list, out: Path) -> dict:
-    import suite_template
+    """The row's timed steps and, in the same fit after them, its profile window: the first fit of the process is
+    the row (a second run in a process was 15 ms a step faster on an H200, issue 71). Then, where the job asks, the
+    same row again in this process (`second_run`), the stacks pass, and last the FLOP count."""
+    from gpu_suite import template
 
     layer = layer_of(job)
-    cfg = suite_template.compose(job["overrides"], out / "run")
-    measured, module = suite_template.run(cfg, layer.classes, batches, job["warmup"], job["steps"], job["device"])
-    result = {"measured": dataclasses.asdict(measured), "compiled": compiled_status(module, job["device"])}
+    cfg = template.compose(job["overrides"], out / "run")
+    result: dict = {}
+
+    def fit(prof=None, gc_mode=job.get("gc")):
+        return template.run(cfg, layer.classes, batches, job["warmup"], job["steps"], job["device"], profiler=prof,
+                            profile_steps=job.get("profile_steps", 0), gc_mode=gc_mode)
+
+    def second_run() -> None:
+        if job.get("second_run"):
+            again, module_again = fit(gc_mode=None)
+            result["second_run"] = {"measured": dataclasses.asdict(again),
+                                    "compiled": compiled_status(module_again, job["device"])}
+
+    if job.get("profile_steps"):
+        summary, (measured, module) = two_pass_profile(job, fit, between=second_run)
+    else:
+        (measured, module), summary = fit(), None
+        second_run()
+    result.update({"measured": dataclasses.asdict(measured), "compiled": compiled_status(module, job["device"]),
+                   "compile_caches": compile_caches()})
     fallback = eager_fallback(result["compiled"])
     if fallback:
         result["error"] = f"{what(job)}: not a figure: {fallback}"
         return result
-    if job.get("profile_steps"):
-        def profiled_run(prof):
-            return suite_template.run(cfg, layer.classes, batches, job["warmup"], job["profile_steps"],
-                                      job["device"], profiler=prof)[1]
-
-        summary, profiled = two_pass_profile(job, profiled_run)
+    if summary is not None:
         result["profile"] = dataclasses.asdict(summary)
-        result["profile"]["compiled"] = compiled_status(profiled, job["device"])
-        fallback = eager_fallback(result["profile"]["compiled"])
-        if fallback:
-            result["profile_error"] = f"profile {what(job)}: not a profile of the compiled step: {fallback}"
-        del profiled
+        result["profile"]["compiled"] = result["compiled"]  # the same fit: its training steps, counted
     if job.get("flops"):  # last: the FLOP counter's dispatch mode may change how torch runs this frame afterwards
-        result["measured"]["flops_per_step"] = suite_template.step_flops(module, batches[0], job["device"],
-                                                                         job["precision"])
+        result["measured"]["flops_per_step"] = template.step_flops(module, batches[0], job["device"],
+                                                                   job["precision"])
     return result
 
 
 def arcface_side(job: dict, batches: list) -> dict:
-    import suite_arcface
+    from gpu_suite import arcface
 
-    at = suite_arcface.load(job["arcface_torch"])
+    at = arcface.load(job["arcface_torch"])
     layer = layer_of(job)
     args = (at, job["backbone"], layer.classes, layer.rate or 1.0, batches, job["warmup"])
     # its FLOPs are counted before its timed steps, on the plain eager backbone (nothing is compiled on this side)
-    measured = suite_arcface.run(*args, job["steps"], job["device"], flops=bool(job.get("flops")))
+    measured = arcface.run(*args, job["steps"], job["device"], flops=bool(job.get("flops")))
     result = {"measured": dataclasses.asdict(measured), "compiled": None}
     if job.get("profile_steps"):
-        summary, _ = two_pass_profile(job, lambda prof: suite_arcface.run(*args, job["profile_steps"], job["device"],
+        summary, _ = two_pass_profile(job, lambda prof: arcface.run(*args, job["profile_steps"], job["device"],
                                                                           flops=False, profiler=prof))
         result["profile"] = dataclasses.asdict(summary)
     return result
@@ -119,7 +144,7 @@ def arcface_side(job: dict, batches: list) -> dict:
 def measure(job: dict, out: Path) -> dict:
     """The job's figures, or an error line naming the row and why (the suite prints it and goes on)."""
     from bench_train import make_batches
-    from suite_measure import failure
+    from gpu_suite.measure import failure
 
     from elasticface.utils.console import quiet_library_noise
 

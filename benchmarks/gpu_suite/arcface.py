@@ -26,8 +26,8 @@ from types import SimpleNamespace
 import torch
 from torch import distributed, nn
 
-from suite_measure import Measured, MemoryWatch, StepTimer, SyncCounter, count_flops, kept_losses
-from suite_template import SYNC_STEPS
+from gpu_suite.measure import Measured, MemoryWatch, StepTimer, SyncCounter, count_flops, kept_losses
+from gpu_suite.template import SYNC_STEPS
 
 #: the template's backbone names -> arcface_torch's get_model names
 NETWORKS = {"iresnet18": "r18", "iresnet34": "r34", "iresnet50": "r50", "iresnet100": "r100", "iresnet200": "r200"}

@@ -10,13 +10,14 @@ measured on its own), no validation, no checkpoint files, no progress display.
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
 from bench_train import Batches
-from suite_measure import Measured, MemoryWatch, StepTimer, SyncCounter, count_flops, kept_losses
+from gpu_suite.measure import Measured, MemoryWatch, StepTimer, SyncCounter, count_flops, kept_losses
 
 #: steps after the timed ones over which host syncs are counted: one whole `trainer.log_every_n_steps` period
 SYNC_STEPS = 10
@@ -75,23 +76,28 @@ def compose(args_overrides: list[str], out_dir: Path):
     return compose_train(args_overrides, out_dir)
 
 
-def recorder(timer: StepTimer, syncs: SyncCounter, sync_from: int, last: int):
-    """Callback: the step clock, each step's loss kept on the device, host syncs counted over the steps
-    `sync_from..last` (not the epoch's end, where the divergence guard and the loggers read once per epoch)."""
+def recorder(timers: list[StepTimer], syncs: SyncCounter, sync_from: int, last: int, on_timed_start=None):
+    """Callback: the step clocks (the timed steps, a profile window), each step's loss kept on the device, host
+    syncs counted over the steps `sync_from..last` (not the epoch's end, where the divergence guard and the loggers
+    read once per epoch); `on_timed_start()` just before the first timed step (a switch: the garbage collector)."""
     import pytorch_lightning as pl
 
     class _Recorder(pl.Callback):
         losses: list[torch.Tensor] = []
 
         def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
-            timer.before(batch_idx)
+            if batch_idx == timers[0].warmup and on_timed_start is not None:
+                on_timed_start()
+            for timer in timers:
+                timer.before(batch_idx)
             if batch_idx == sync_from:
                 syncs.start()
 
         def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
             loss = outputs["loss"] if isinstance(outputs, dict) else outputs
             self.losses.append(loss.detach())
-            timer.after(batch_idx)
+            for timer in timers:
+                timer.after(batch_idx)
             if batch_idx == last:
                 syncs.stop()
 
@@ -103,27 +109,61 @@ def recorder(timer: StepTimer, syncs: SyncCounter, sync_from: int, last: int):
     return rec
 
 
+#: the garbage-collector switches (switches.py): what each does when the timed steps start
+GC_MODES = ("freeze", "disable")
+
+
+def gc_switch(mode: str | None):
+    """`freeze`: everything alive (compilation's objects among it) moved out of every later collection; `disable`:
+    no collection at all; None: as Python runs (the default)."""
+    import gc
+
+    if mode is None:
+        return None
+    if mode not in GC_MODES:
+        raise ValueError(f"gc={mode!r}: expected one of {', '.join(GC_MODES)}")
+
+    def apply() -> None:
+        gc.collect()
+        gc.freeze() if mode == "freeze" else gc.disable()
+
+    return apply
+
+
 def run(cfg, classes: int, batches: list, warmup: int, steps: int, device: str,
-        profiler=None) -> tuple[Measured, object]:
-    """Fit `warmup + steps (+ SYNC_STEPS on a GPU)` steps of the configured run; (measured, the module). A
-    `profiler` records the timed steps."""
+        profiler=None, profile_steps: int = 0, gc_mode: str | None = None) -> tuple[Measured, object]:
+    """Fit `warmup + steps (+ SYNC_STEPS on a GPU) + profile_steps` steps of the configured run in one fit;
+    (measured, the module). A `profiler` (profiling.WindowProfiler) records the last `profile_steps` steps, after
+    the timed ones, with named ranges for the host's sources (host.py), so the profile is of the row's own process
+    state; `gc_mode` switches the garbage collector for the timed steps and after."""
+    import gc
+
     import pytorch_lightning as pl
 
     from elasticface.training import build_module, build_trainer
+    from gpu_suite import host
 
     batch = int(batches[0][0].shape[0])
     count = SYNC_STEPS if device == "cuda" else 0
-    total = warmup + steps + count
+    profile_steps = profile_steps if profiler is not None else 0
+    total = warmup + steps + count + profile_steps
     memory = MemoryWatch(device)
     memory.start()
     pl.seed_everything(0, workers=False, verbose=False)
     module = build_module(cfg, classes)
     trainer, _ = build_trainer(cfg)
-    timer, syncs = StepTimer(warmup, steps, device, profiler), SyncCounter(device)
-    rec = recorder(timer, syncs, warmup + steps, total - 1)
+    timer, syncs = StepTimer(warmup, steps, device), SyncCounter(device)
+    timers = [timer] + ([StepTimer(warmup + steps + count, profile_steps, device, profiler)] if profile_steps else [])
+    rec = recorder(timers, syncs, warmup + steps, warmup + steps + count - 1, gc_switch(gc_mode))
     trainer.callbacks.append(rec)
     loader = torch.utils.data.DataLoader(Batches(batches, total), batch_size=None, shuffle=False)
-    trainer.fit(module, train_dataloaders=loader)
+    with contextlib.ExitStack() as stack:
+        if profile_steps:
+            trainer.profiler = host.lightning_ranges()
+            stack.enter_context(host.annotate(module))
+        stack.callback(gc.enable)
+        stack.callback(gc.unfreeze)
+        trainer.fit(module, train_dataloaders=loader)
     measured = Measured(batch, timer.seconds, peak_mib=memory.peak_mib(),
                         losses=kept_losses(rec.losses, warmup + steps - 1))
     if syncs.count is not None:

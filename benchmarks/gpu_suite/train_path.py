@@ -1,13 +1,13 @@
 """The path users run, against the GPU suite's row of the same size: `python train.py trainer=gpu backbone=iresnet100
 data=recordio` on a RecordIO written on the machine by `elasticface-convert`, validated and checkpointed each epoch.
 
-    python benchmarks/gpu_train_path.py --suite-json suite.json            (a GPU: iresnet100, batch 256)
-    python benchmarks/gpu_train_path.py --device cpu --backbone tiny ...   (tiny sizes: the tests run this)
+    bash benchmarks/gpu_suite/run.sh train-path --suite-json suite.json            (a GPU: iresnet100, batch 256)
+    bash benchmarks/gpu_suite/run.sh train-path --device cpu --backbone tiny ...   (tiny sizes: the tests run this)
 
 The faces are bench_data.py's smooth random 112x112 JPEGs, one folder per identity (16 images each by default),
 turned into train.rec/.idx/property by `elasticface-convert folder2rec`. A verification set of other identities
 goes beside them as val.bin (`elasticface-convert pairs2bin`), which data=recordio finds there. The suite row to
-compare with has the same backbone, batch and class count (`gpu_suite.sh --full-classes <identities>`). train.py
+compare with has the same backbone, batch and class count (`run.sh --full-classes <identities>`). train.py
 runs as typed, plus the batch, the epochs, a checkpoint each epoch and the run folder. From its summary.json:
 images/s (the first step, compilation and autotuning, apart), each epoch's images/s, whether every training step
 ran the compiled backbone (counted), and the ratio to the suite row's images/s. Goals (issue 61): >= 0.9x the
@@ -25,15 +25,14 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+ROOT = Path(__file__).resolve().parents[2]
 
 RATIO_GOAL = 0.9
 EPOCH_SPREAD_GOAL = 0.05
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="gpu_suite train-path", description=__doc__.split("\n\n")[0])
     p.add_argument("--device", choices=["cuda", "cpu"], default="cuda")
     p.add_argument("--backbone", default="iresnet100")
     p.add_argument("--batch", type=int, default=256)

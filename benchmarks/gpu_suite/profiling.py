@@ -16,6 +16,8 @@ from torch._C._profiler import _ExperimentalConfig
 from torch.autograd import DeviceType
 from torch.profiler import ProfilerActivity, profile
 
+from gpu_suite import host
+
 #: the CUDA runtime calls with which the host waits for the device
 SYNC_CALLS = ("cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize")
 #: the op behind `.item()`, `bool(tensor)`, `if tensor:`: a read of a device value by the host
@@ -36,12 +38,15 @@ class Profile:
     # where the host waited on the device (a synchronise call or a read of a device value): the innermost frame of
     # the step's own code (this project, Lightning, arcface_torch) and how often per step; with `stacks` only
     wait_sites: list[dict] = field(default_factory=list)
+    # per source of host work (host.py: class layer, head, loss, backbone, optimizer, Lightning): launches, device
+    # time, the device's idle time before them and the host's own time, per step; without stacks only
+    sources: list[dict] = field(default_factory=list)
 
 
 #: frames that say where a wait comes from (the innermost of these names the call site); the suite's own timer sync
 #: at the window's end is left out
 SITE_PATHS = ("elasticface", "pytorch_lightning", "lightning_fabric", "arcface_torch", "torch/optim", "torch/nn/utils")
-OWN_SITES = ("suite_measure.py",)
+OWN_SITES = ("gpu_suite/measure.py",)
 
 
 def _kernels(events, on_device: bool) -> list:
@@ -102,10 +107,12 @@ class WindowProfiler:
 
     def start(self) -> None:
         self._prof.__enter__()
+        host.ACTIVE[0] = True
         self._t0 = time.perf_counter()
 
     def stop(self) -> None:
         self.window_ms = (time.perf_counter() - self._t0) * 1e3
+        host.ACTIVE[0] = False
         self._prof.__exit__(None, None, None)
 
     def summary(self) -> Profile:
@@ -136,8 +143,9 @@ class WindowProfiler:
         busy = None
         if on_device:
             busy = busy_us([(e.time_range.start, e.time_range.end) for e in kernels]) / 1e3 / self.window_ms
+        sources = [] if self.stacks else host.attribute(events, self.steps, on_device)
         return Profile(self.steps, self.window_ms, kernel_us / 1e3, top, syncs, reads, busy=busy,
-                       wait_sites=wait_sites[:8])
+                       wait_sites=wait_sites[:8], sources=sources)
 
 
 def profile_text(what: str, p: Profile, width: int = 90) -> list[str]:
@@ -152,4 +160,6 @@ def profile_text(what: str, p: Profile, width: int = 90) -> list[str]:
         lines.append(f"    {100 * k['share']:5.1f}%  {k['ms_per_step']:8.2f} ms  {k['calls_per_step']:6.1f}x  {name}")
     for w in p.wait_sites:
         lines.append(f"    waits {w['per_step']:4.1f}x per step: {w['site'][:width + 40]}")
+    if p.sources:
+        lines += host.sources_text(p.sources, p.busy is not None)
     return lines

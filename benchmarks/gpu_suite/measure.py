@@ -1,4 +1,4 @@
-"""What every row of the GPU suite (gpu_suite.py) measures the same way, on either side of a comparison.
+"""What every row of the GPU suite (rows.py) measures the same way, on either side of a comparison.
 
 Timing: `warmup` untimed steps, then `steps` timed ones with the device synchronised only at the two ends.
 Peak memory: the most the caching allocator held during the run above what it held when the run started
@@ -127,7 +127,9 @@ def mfu_text(m: Measured | None, peak: float | None) -> str:
 
 
 def failure(exc: BaseException, what: str) -> str:
-    """One line naming why a row could not be measured."""
+    """One line naming why a row could not be measured (Hydra's instantiation error: the error it wraps)."""
+    while type(exc).__name__ == "InstantiationException" and exc.__cause__ is not None:
+        exc = exc.__cause__
     if isinstance(exc, torch.OutOfMemoryError):
         first = str(exc).splitlines()[0] if str(exc) else ""
         return f"{what}: does not fit: CUDA out of memory ({first[:160]})"
@@ -136,7 +138,7 @@ def failure(exc: BaseException, what: str) -> str:
 
 class StepTimer:
     """Wall time from the start of step `warmup` to the end of step `warmup + steps - 1`; a `profiler`
-    (suite_profile.WindowProfiler) records the same window."""
+    (profiling.WindowProfiler) records the same window."""
 
     def __init__(self, warmup: int, steps: int, device: str, profiler=None) -> None:
         self.warmup, self.steps, self.device, self.profiler = warmup, steps, device, profiler
