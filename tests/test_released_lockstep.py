@@ -52,7 +52,8 @@ class Record(pl.Callback):
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
         self.losses.append(float(outputs["loss"]))
-        self.margins.append(pl_module.last_margins.detach().clone())
+        out = outputs["classifier"]  # what the training step returns: the class layer's output
+        self.margins.append(out.margins[out.valid].detach().clone())
 
 
 @pytest.mark.parametrize("experiment", ["released/ms1mv2_r100_elastic_arc", "released/ms1mv2_r100_elastic_cos_plus"])

@@ -325,18 +325,24 @@ def _tiny_lightning_run(tmp_path, loggers):
 
     emb, issame = _fused_dataset(30, seed=9)
 
+    from types import SimpleNamespace
+
+    from elasticface.classifier import ClassifierOutput
+
     class Module(pl.LightningModule):
         def __init__(self):
             super().__init__()
             self.layer = nn.Linear(32, 32)
-            self.last_margins = torch.full((8,), 0.5) + 0.05 * torch.randn(8)
-            self.last_theta_y = None
+            self.head = SimpleNamespace(normalized=True)
             self.val_metrics = nn.ModuleDict({"toy": VerificationAccuracy(issame)})
 
         def training_step(self, batch, batch_idx):
             out = self.layer(batch[0])
-            self.last_theta_y = torch.rand(out.shape[0]) * 1.5
-            return out.pow(2).mean()
+            rows = out.shape[0]
+            loss = out.pow(2).mean()
+            return {"loss": loss, "classifier": ClassifierOutput(
+                loss=loss.detach(), aux=None, theta_y=torch.rand(rows) * 1.5, valid=torch.ones(rows, dtype=torch.bool),
+                margins=torch.full((rows,), 0.5) + 0.05 * torch.randn(rows), target_logit=torch.zeros(rows))}
 
         def validation_step(self, batch, batch_idx):
             self.val_metrics["toy"].update(batch[0] + 0 * self.layer.weight.sum(), batch[1])

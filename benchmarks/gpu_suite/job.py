@@ -36,11 +36,14 @@ def what(job: dict) -> str:
 
 def compiled_status(module, device: str) -> dict:
     """What ran: the training steps that called the backbone's compiled graph and those that ran it eagerly."""
-    from elasticface.utils.speed import should_compile
+    from elasticface.utils.speed import backbone_family, should_compile
 
-    return {"setting": bool(should_compile(module.compile_setting, device == "cpu")),
-            "applied": module.compiled_calls is not None, "steps_compiled": module.steps_compiled,
-            "steps_eager": module.steps_eager, "ran_compiled": module.ran_compiled}
+    counted = module.compiled_steps  # the run's CompiledSteps callback (template.run)
+    family = backbone_family(module.hparams.backbone.get("name"))
+    return {"setting": bool(should_compile(module.compile_setting, device == "cpu", family)),
+            "applied": module.compiled_calls is not None, "steps_compiled": counted.compiled,
+            "steps_eager": counted.eager,
+            "ran_compiled": module.compiled_calls is not None and counted.ran_compiled}
 
 
 def eager_fallback(status: dict) -> str | None:

@@ -140,6 +140,7 @@ def run(cfg, classes: int, batches: list, warmup: int, steps: int, device: str,
 
     import pytorch_lightning as pl
 
+    from elasticface.callbacks.compiled_steps import CompiledSteps
     from elasticface.training import build_module, build_trainer
     from gpu_suite import host
 
@@ -168,6 +169,7 @@ def run(cfg, classes: int, batches: list, warmup: int, steps: int, device: str,
                         losses=kept_losses(rec.losses, warmup + steps - 1))
     if syncs.count is not None:
         measured.syncs_per_step = syncs.count / count
+    module.compiled_steps = next(c for c in trainer.callbacks if isinstance(c, CompiledSteps))  # job.compiled_status
     del trainer
     return measured, module
 

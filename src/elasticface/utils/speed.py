@@ -262,14 +262,14 @@ class AutoLayout:
     why: str
 
 
-#: per backbone family on a CPU, measured by benchmarks/bench_layout.py (a training step, each layout in its own
-#: process, batch 64, one thread, 2-core AMD EPYC with AVX-512; docs/compile.md). A family not named here:
-#: `default`.
+#: per backbone family on a CPU, measured by benchmarks/bench_layout.py (a training step at batch 64, each layout in
+#: its own process, one thread, CPU time; 2-core AMD EPYC with AVX-512; docs/compile.md). Compiled where its steps
+#: win the compilation back within a short run; NHWC where an eager step (AVX2 kernels, where `auto` stays eager:
+#: EAGER_CPU_LEVELS) was measured faster in it. A family not named here: `default`.
 CPU_AUTO = {
-    "mobilefacenet": AutoLayout(False, True, "depthwise convolutions: eager NHWC {nhwc} NCHW's speed, compiled "
-                                             "{compiled} for {compile_s} of compilation"),
-    "default": AutoLayout(True, False, "IResNet: compiled {compiled} eager NCHW's speed after {compile_s} of "
-                                       "compilation; eager NHWC {nhwc}"),
+    "mobilefacenet": AutoLayout(True, True, "compiled steps 1.42x eager NHWC's, 1.52x NCHW's, compilation won back "
+                                            "after about 90 steps; eager, NHWC 1.07x NCHW"),
+    "default": AutoLayout(True, False, "IResNet: compiled steps 1.42x eager NCHW's, 1.10x NHWC's"),
 }
 #: on a GPU: compiled, and inductor picks the layout (iresnet100 on an H200: 2.28x eager's images/s; compiled NCHW
 #: 3,084 images/s against 2,731-2,858 given NHWC; eager NHWC 2.05x eager NCHW, docs/speed.md)
