@@ -57,6 +57,24 @@ def test_weights_alone_builds_the_backbone_and_embedding_the_file_holds(tiny_cfg
     assert ckpt["hyper_parameters"]["embedding_size"] == 128
 
 
+def test_a_fine_tune_says_what_it_runs_before_its_passes_and_each_pass_how_long_it_took(tiny_cfg, caplog):
+    """The overview first, naming the backbone read off the file and the recipe; then the loaded weights' baseline and
+    imprinting, each saying what it does and how long it took; no silent pass (utils/progress.py)."""
+    from elasticface.training import run
+
+    cfg = tiny_cfg(f"weights={Y1_PARAMS}", *QUICK, "extras.print_config=short")
+    with caplog.at_level("INFO"):
+        run(cfg)
+    lines = [r.getMessage() for r in caplog.records]
+    overview = next(i for i, line in enumerate(lines) if line.startswith("this run:"))
+    assert "backbone  mobilefacenet_y1 (" in lines[overview] and "finetune=recipe" in lines[overview]
+    baseline = [i for i, line in enumerate(lines) if line.startswith("baseline start: the loaded weights")]
+    imprint = [i for i, line in enumerate(lines) if line.startswith("imprinting the centres of 8 classes")]
+    assert overview < baseline[0] <= baseline[-1] < imprint[0], lines
+    assert "accuracy " in lines[baseline[-1]] and " images in " in lines[baseline[-1]], "the pass's last line"
+    assert " images in " in lines[imprint[-1]]
+
+
 def test_named_backbone_keeps_its_name_and_takes_the_files_embedding_size(tiny_cfg):
     from elasticface.finetune.architecture import fit_to_weights
 

@@ -52,23 +52,24 @@ class Baselines(pl.Callback):
         eigenfaces = None
         if kind == "eigenface":
             images = min(len(datamodule.train_set), EIGENFACE_MAX_IMAGES)
-            fitting = Progress("baseline eigenface: fitting the PCA of the training faces", images)
-            eigenfaces = fit_eigenfaces(datamodule.train_set, progress=fitting.advance)
-            fitting.done()
+            with Progress("baseline eigenface: fitting the PCA of the training faces", images) as fitting:
+                eigenfaces = fit_eigenfaces(datamodule.train_set, progress=fitting.advance)
+                fitting.done()
         scores = {}
         for name, pairs in val_sets.items():
             flip = kind == "start" and bool(pl_module.hparams.get("val_flip", True))
             what = {"pixel": "raw pixels", "eigenface": "eigenfaces",
                     "start": "the loaded weights" + (" with flip" if flip else "")}[kind]
-            progress = Progress(f"baseline {kind}: {what} on {name}", 2 * pairs.num_pairs)
-            if kind == "pixel":
-                scores[name] = pixel_baseline(pairs, progress=progress.advance)
-            elif kind == "eigenface":
-                scores[name] = eigenface_accuracy(eigenfaces, pairs, progress=progress.advance)
-            else:
-                with eagerly():  # as the loaded weights are, not as a compiled graph rounds them
-                    scores[name] = start_weights_baseline(pl_module.backbone, pairs, flip, progress=progress.advance)
-            progress.done(f"accuracy {100 * scores[name]:.2f}%")
+            with Progress(f"baseline {kind}: {what} on {name}", 2 * pairs.num_pairs) as progress:
+                if kind == "pixel":
+                    scores[name] = pixel_baseline(pairs, progress=progress.advance)
+                elif kind == "eigenface":
+                    scores[name] = eigenface_accuracy(eigenfaces, pairs, progress=progress.advance)
+                else:
+                    with eagerly():  # as the loaded weights are, not as a compiled graph rounds them
+                        scores[name] = start_weights_baseline(pl_module.backbone, pairs, flip,
+                                                              progress=progress.advance)
+                progress.done(f"accuracy {100 * scores[name]:.2f}%")
         return scores
 
     def state_dict(self) -> dict[str, Any]:

@@ -68,12 +68,11 @@ class FineTuning(pl.Callback):
             self.start_point.to(pl_module.device)
         if self.imprint and trainer.ckpt_path is None:  # a resumed run's centres come from its checkpoint
             datamodule = trainer.datamodule
-            progress = Progress(f"imprinting the centres of {datamodule.num_classes} classes: the loaded backbone's "
-                                "class means", len(datamodule.train_set))
-            with eagerly():  # the loaded backbone's own numbers, no graph compiled for one pass
+            with Progress(f"imprinting the centres of {datamodule.num_classes} classes: the loaded backbone's class "
+                          "means", len(datamodule.train_set)) as progress, eagerly():  # the backbone's own numbers
                 imprint_centers(pl_module, datamodule.train_set, datamodule.val_batch_size, datamodule.image_size,
                                 progress.advance)
-            progress.done()
+                progress.done()
 
     def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._freeze_batchnorm(pl_module.backbone)  # Lightning puts the module in train mode as fitting starts
