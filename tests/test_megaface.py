@@ -95,9 +95,9 @@ def test_protocol_equals_the_oracle_on_seeded_sets(tmp_path, seed, dtype, chunk)
         cmc, tar = _oracle_numbers(pf, ids, df[order[:n]])
         assert res["raw"]["cmc"][str(n)] == pytest.approx(cmc, abs=0) and res["raw"]["rank1"][str(n)] == cmc[0]
         assert res["refined"]["cmc"][str(n)] == res["raw"]["cmc"][str(n)]  # no noise listed: (R) is the same
-        if n == 50:  # verification on the largest requested size the testpack holds
+        if n == 60:  # verification on every distractor: 100 were requested, more than the testpack holds
             assert [res["raw"][f"tar_at_far_{f:.0e}".replace("e-0", "e-")] for f in FARS] == tar
-            assert res["raw"]["verification_distractors"] == 50
+            assert res["raw"]["verification_distractors"] == 60
     assert res["summary"]["mate_pairs"] == sum(n * (n - 1) for n in COUNTS.values())
     assert any("100 distractors requested; the testpack holds 60" in p for p in res["problems"])
     assert 0 < res["raw"]["rank1"]["60"] < res["raw"]["rank1"]["10"] <= 1  # the oracle's numbers are not trivial
@@ -281,12 +281,12 @@ def test_eval_megaface_end_to_end(image_pack, tmp_path, capsys):
     block = results["megaface"]
     for view in ("raw", "refined"):
         assert list(block[view]["rank1"]) == ["10", "24"] and "tar_at_far_1e-6" in block[view]
-        assert len(block[view]["cmc"]["10"]) == 10 and block[view]["verification_distractors"] == 10
-    assert [r["benchmark"] for r in rows] == ["MegaFace", "MegaFace (R)"] and rows[0]["distractors"] == 10
+        assert len(block[view]["cmc"]["10"]) == 10 and block[view]["verification_distractors"] == 24
+    assert [r["benchmark"] for r in rows] == ["MegaFace", "MegaFace (R)"] and rows[0]["distractors"] == 24
     assert block["raw"]["rank1"]["24"] > 0.5  # colours tell the identities apart
     assert (tmp_path / "a" / "megaface.png").stat().st_size > 10_000
     out = capsys.readouterr().out
-    assert "MegaFace (R)" in out and "rank-1 %" in out and "TAR % at 10" in out
+    assert "MegaFace (R)" in out and "rank-1 %" in out and "TAR % at 24" in out
     dev = tmp_path / "devkit"
     assert len(list((dev / "feature_out" / "megaface").rglob("*_pool.bin"))) == 24
     assert len(read_feature(str(next((dev / "feature_out_clean" / "facescrub").rglob("*_pool.bin"))))) == 65
@@ -319,3 +319,74 @@ def test_a_bad_testpack_is_said_line_by_line_and_the_rest_scored(image_pack, tmp
     assert len(problems) == len(expected)
     assert list(results["megaface"]["raw"]["rank1"]) == ["10", "23"]
     assert results["megaface"]["summary"]["probes"] == 6
+
+
+def test_passes_mix_the_devkits_lists_and_seeded_sets():
+    from elasticface.eval.megaface import plan_passes
+
+    available = np.arange(0, 80, 2)  # 40 readable distractors of 80
+    problems = []
+    passes = plan_passes(available, [10, 30, 1000], 5, {10: np.array([0, 1, 2, 4, 6, 8, 10, 12, 14, 16])}, problems)
+    seeded, listed = passes
+    assert seeded.checkpoints == [30, 40] and seeded.verify_at == 40 and sorted(seeded.order) == available.tolist()
+    np.testing.assert_array_equal(seeded.order, available[np.random.default_rng(5).permutation(40)])
+    assert listed.order.tolist() == [0, 2, 4, 6, 8, 10, 12, 14, 16] and listed.labels == {9: 10}  # 1 unreadable
+    assert problems == ["1,000 distractors requested; the testpack holds 40: the largest available (40) is reported"]
+    passes = plan_passes(available, [10, 30], 5, {30: available[5:35]}, [])
+    assert [p.verify_at for p in passes] == [0, 30] and passes[1].checkpoints == [30, 40]
+
+
+# -- a stand-in from aligned faces --------------------------------------------------------------------------
+
+
+def test_megaface_pack_splits_people_and_writes_the_layout(tmp_path, capsys):
+    from PIL import Image
+
+    from elasticface.cli.megaface_pack import main
+
+    faces = tmp_path / "faces"
+    for person, n in {"Many_A": 5, "Many_B": 4, "Few_C": 2, "One_D": 1, "One_E": 1}.items():
+        (faces / person).mkdir(parents=True)
+        for k in range(1, n + 1):
+            Image.new("RGB", (112, 112), (k * 20, 90, 90)).save(faces / person / f"{person}_{k:04d}.jpg")
+    (faces / "align_report.csv").write_text("source,problem,detail\nMany_A/Many_A_0002.jpg,several_faces,2 faces\n"
+                                            "One_E/One_E_0001.jpg,several_faces,3 faces\nFew_C/x.jpg,no_face,\n")
+    assert main([str(faces), str(tmp_path / "pack"), "--min-probe-photos", "4", "--max-probe-photos", "4"]) == 0
+    assert "probe_people=2 probes=8 distractors=2 probe_noises=1 distractor_noises=1 train_people=1 train_photos=2" \
+        in capsys.readouterr().out
+    pack = tmp_path / "pack"
+    lines = lambda name: [s for s in (pack / name).read_text().splitlines() if not s.startswith("#")]  # noqa: E731
+    first = [f"Many_A/Many_A_000{k}.jpg" for k in (1, 2, 3, 4)]
+    assert lines("facescrub_lst")[:5] == [*first, "Many_B/Many_B_0001.jpg"]
+    assert lines("megaface_lst") == ["O/One_D/One_D_0001.jpg", "O/One_E/One_E_0001.jpg"]
+    assert lines("facescrub_noises.txt") == ["Many_A_0002.jpg"] and lines("megaface_noises.txt") == [
+        "O/One_E/One_E_0001.jpg"]
+    assert sorted(p.name for p in (pack / "train" / "Few_C").iterdir()) == ["Few_C_0001.jpg", "Few_C_0002.jpg"]
+    assert (pack / "megaface_images" / "O" / "One_D" / "One_D_0001.jpg").is_file()
+    assert not (pack / "facescrub_images" / "Many_A" / "Many_A_0005.jpg").exists()  # --max-probe-photos 4
+    from elasticface.eval.megaface_testpack import read_testpack
+
+    read = read_testpack(str(pack))
+    assert not read.problems and read.probe_noise.sum() == 1 and read.distractor_noise.tolist() == [False, True]
+
+
+LFW_ALIGNED = os.environ.get("ELASTICFACE_LFW_ALIGNED", "")
+Y1 = os.environ.get("ELASTICFACE_Y1_PARAMS", "")
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not os.path.isdir(LFW_ALIGNED), reason="set ELASTICFACE_LFW_ALIGNED to LFW aligned by "
+                    "elasticface-align (<Name>/<Name>_NNNN.jpg and align_report.csv)")
+@pytest.mark.skipif(not os.path.isfile(Y1), reason="set ELASTICFACE_Y1_PARAMS to y1's model-0000.params")
+def test_lfw_stand_in_with_y1(tmp_path):
+    """docs/evaluation.md's stand-in, smaller (probe people with 20+ photos, 10 each): y1 finds most mates among
+    LFW's 4,068 one-photo people, and MegaFace (R) (the aligner's several-face photos as noise) is not lower."""
+    from elasticface.data.megaface_pack import build_megaface_pack
+
+    counts = build_megaface_pack(LFW_ALIGNED, str(tmp_path / "pack"), 20, 10)
+    assert counts["probe_people"] == 62 and counts["distractors"] == 4068
+    rows, results = _eval(tmp_path, tmp_path / "out", f"weights={Y1}", "megaface.sizes=[10,100,1000,10000]")
+    block = results["megaface"]
+    assert block["raw"]["verification_distractors"] == 4068 and list(block["raw"]["rank1"])[-1] == "4068"
+    assert 0.8 < block["raw"]["rank1"]["4068"] <= block["refined"]["rank1"]["4068"]
+    assert block["raw"]["rank1"]["10"] >= block["raw"]["rank1"]["4068"]

@@ -97,37 +97,40 @@ class Pass:
 def plan_passes(available: np.ndarray, sizes: Sequence[int], seed: int, lists: dict[int, np.ndarray],
                 problems: list[str]) -> list[Pass]:
     """The scans that give every requested size (the devkit's list where given, else the first n of a permutation
-    drawn by `seed`) and every available distractor; verification on the largest requested size available."""
+    drawn by `seed`) and every available distractor. Verification is on the largest requested size, or on every
+    distractor when a requested size is more than the testpack holds."""
     n = len(available)
     fits = sorted({int(s) for s in sizes if int(s) <= n})
-    if any(int(s) > n for s in sizes):
-        over = sorted({int(s) for s in sizes if int(s) > n})
+    over = sorted({int(s) for s in sizes if int(s) > n})
+    if over:
         problems.append(f"{', '.join(f'{s:,}' for s in over)} distractors requested; the testpack holds {n:,}: "
                         f"the largest available ({n:,}) is reported")
-    verify = fits[-1] if fits else n
-    perm = available[np.random.default_rng(seed).permutation(n)]
-    seeded = Pass(perm, [], 0)
+    verify = n if over or not fits else fits[-1]
+    seeded = Pass(available[np.random.default_rng(seed).permutation(n)], [])
     passes = []
     for size in fits:
         rows = lists.get(size)
         if rows is None:
             seeded.checkpoints.append(size)
             seeded.labels[size] = size
-            seeded.verify_at = size if size == verify else seeded.verify_at
             continue
         rows = rows[np.isin(rows, available)]
-        if size == verify:  # the largest set's scan continues over the rest: every distractor at no extra pass
-            rest = np.setdiff1d(available, rows, assume_unique=False)
-            p = Pass(np.concatenate([rows, rest]), [len(rows), n], len(rows), {len(rows): len(rows), n: n})
+        if size == fits[-1]:  # the largest list's scan goes on over the rest: every distractor without a pass
+            rest = np.setdiff1d(available, rows)
+            passes.append(Pass(np.concatenate([rows, rest]), [len(rows), n], 0, {len(rows): size, n: n}))
         else:
-            p = Pass(rows, [len(rows)], 0, {len(rows): len(rows)})
-        passes.append(p)
-    if n not in seeded.checkpoints and not any(n in p.checkpoints for p in passes):
+            passes.append(Pass(rows, [len(rows)], 0, {len(rows): size}))
+    if not any(n in p.checkpoints for p in passes) and n not in seeded.checkpoints:
         seeded.checkpoints.append(n)
         seeded.labels[n] = n
-        seeded.verify_at = n if verify == n and not seeded.verify_at else seeded.verify_at
     if seeded.checkpoints:
         passes.insert(0, seeded)
+    for p in passes:  # the one scan that reaches the verification set
+        at = [cp for cp, label in p.labels.items() if label == verify]
+        if at and not any(q.verify_at for q in passes):
+            p.verify_at = at[0]
+    if not any(p.verify_at for p in passes):  # a list that came out short of its size: its scan's first count
+        passes[-1].verify_at = passes[-1].checkpoints[0]
     return passes
 
 
@@ -191,9 +194,8 @@ def evaluate_megaface(
             if found is not None and int(size) <= len(available):
                 lists[int(size)] = found
     passes = plan_passes(available, sizes, seed, lists, problems)
-    pairs = mate_pairs(identities)
-    return _score(raw, refined, pack.probe_noise[rows], pairs, dist_feats, pack.distractor_noise, passes, fars,
-                  max_rank, chunk, device, problems, identities, len(available))
+    return score_features(raw, refined, pack.probe_noise[rows], identities, dist_feats, pack.distractor_noise, passes,
+                          fars, max_rank, chunk, device, problems)
 
 
 def _features(model: Any, pack: Testpack, features: str | None, algo: str, devkit_out: str | None,
@@ -260,10 +262,15 @@ def _write_probe_files(out: str, pack: Testpack, rows: np.ndarray, raw: np.ndarr
                          extend(refined, 0.0))
 
 
-def _score(raw: np.ndarray, refined: np.ndarray, probe_noise: np.ndarray, pairs: tuple[np.ndarray, np.ndarray],
-           distractors: Tensor, distractor_noise: np.ndarray, passes: list[Pass], fars: Sequence[float],
-           max_rank: int, chunk: int | None, device: torch.device, problems: list[str], identities: list[str],
-           available: int) -> dict[str, Any]:
+def score_features(raw: np.ndarray, refined: np.ndarray, probe_noise: np.ndarray, identities: Sequence[str],
+                   distractors: Tensor, distractor_noise: np.ndarray, passes: list[Pass],
+                   fars: Sequence[float] = DEFAULT_FARS, max_rank: int = 10, chunk: int | None = None,
+                   device: torch.device | str = "cpu", problems: list[str] | None = None) -> dict[str, Any]:
+    """Both views scored by the passes' scans: probes' raw and (R) features float32 [P, D], the distractors'
+    [N, D] (any float dtype); the result of `evaluate_megaface`."""
+    device = torch.device(device)
+    pairs = mate_pairs(identities)
+    available = int(max(max(p.checkpoints) for p in passes))
     noisy = np.flatnonzero(probe_noise)
     stacked = torch.from_numpy(np.concatenate([raw, refined[noisy]]))
     refined_rows = torch.arange(len(raw))
@@ -298,7 +305,7 @@ def _score(raw: np.ndarray, refined: np.ndarray, probe_noise: np.ndarray, pairs:
         out[name]["rank1"] = dict(sorted(out[name]["rank1"].items(), key=lambda kv: int(kv[0])))
         out[name]["cmc"] = dict(sorted(out[name]["cmc"].items(), key=lambda kv: int(kv[0])))
     out["summary"] = summary
-    out["problems"] = problems
+    out["problems"] = problems if problems is not None else []
     return out
 
 
