@@ -83,10 +83,13 @@ def child(args: argparse.Namespace) -> None:
     torch.set_num_threads(args.threads)
     data = features(args.probes, args.identities, args.n, args.dim)
     start = time.perf_counter()
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    cpu_start = usage.ru_utime + usage.ru_stime
     out = dense(*data) if args.child == "dense" else chunked(*data, device=args.device)
     seconds = time.perf_counter() - start
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-    print(json.dumps({"seconds": seconds, "peak_bytes": peak, "result": out}))
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    cpu = usage.ru_utime + usage.ru_stime - cpu_start
+    print(json.dumps({"seconds": seconds, "cpu_seconds": cpu, "peak_bytes": usage.ru_maxrss * 1024, "result": out}))
 
 
 def run(args: argparse.Namespace, which: str, n: int) -> dict:
@@ -133,11 +136,15 @@ def main() -> None:
     grows = lambda n: n * args.dim * 2 + 2 * 4 * (2 * (2 * 1e-3 * args.probes * n + 1) + 2**20)  # noqa: E731
     peak = big["peak_bytes"] + grows(1_000_000) - grows(args.distractors)
     r = big["result"]
-    print(f"at {args.distractors:,} distractors: {big['seconds']:.1f} s, peak {big['peak_bytes'] / gib:.2f} GiB "
+    print(f"at {args.distractors:,} distractors: {big['seconds']:.1f} s ({big['cpu_seconds']:.1f} s of CPU), peak "
+          f"{big['peak_bytes'] / gib:.2f} GiB "
           f"(rank-1 raw {100 * r['raw']['rank1']:.2f}%, (R) {100 * r['refined']['rank1']:.2f}%; TAR at FAR 1e-6 raw "
           f"{100 * r['raw']['tar_at_far_1e-6']:.2f}%)")
     print(f"extrapolated to 1,000,000 distractors: {big['seconds'] * scale:.0f} s "
-          f"({math.ceil(big['seconds'] * scale / 60)} min), peak {peak / gib:.2f} GiB")
+          f"({math.ceil(big['seconds'] * scale / 60)} min; {big['cpu_seconds'] * scale:.0f} s of CPU, "
+          f"{big['cpu_seconds'] * scale / args.threads:.0f} s on {args.threads} idle cores), peak {peak / gib:.2f} GiB")
+    with open("/proc/loadavg") as f:
+        print(f"load average while it ran (1, 5, 15 min): {' '.join(f.read().split()[:3])}")
 
 
 if __name__ == "__main__":

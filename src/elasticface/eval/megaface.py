@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -22,7 +23,7 @@ import torch
 from torch import Tensor
 from torch.utils.data import Dataset, Subset
 
-from elasticface.data.decode import CorruptImageError, check_max_pixels, decode_image
+from elasticface.data.decode import CorruptImageError, DecodeStats, check_max_pixels, decode_image
 from elasticface.eval import megaface_features as files
 from elasticface.eval.megaface_refine import distractor_extension, extend, refine_probes
 from elasticface.eval.megaface_testpack import Testpack, devkit_distractors, devkit_probes, read_testpack
@@ -34,7 +35,7 @@ log = logging.getLogger(__name__)
 DEFAULT_SIZES = (10, 100, 1_000, 10_000, 100_000, 1_000_000)
 DEFAULT_FARS = (1e-6, 1e-5, 1e-4, 1e-3)
 VIEWS = ("raw", "refined")
-EMBED_PIECE = 65_536  # images embedded per call, each piece stored (float16 by default) before the next
+EMBED_PIECE = 16_384  # images embedded per call, each piece stored (float16 by default) before the next
 
 
 class TestpackImages(Dataset):
@@ -45,6 +46,7 @@ class TestpackImages(Dataset):
     def __init__(self, root: str, paths: Sequence[str], image_size: int = 112, max_pixels: int | None = None) -> None:
         self.root, self.paths, self.image_size = root, list(paths), image_size
         self.max_pixels = check_max_pixels(max_pixels)
+        self.stats = DecodeStats()  # one per dataset (per worker): a resize is logged at the 1st, 2nd, 4th ... time
 
     def __len__(self) -> int:
         return len(self.paths)
@@ -53,7 +55,7 @@ class TestpackImages(Dataset):
         try:
             with open(os.path.join(self.root, self.paths[index]), "rb") as f:
                 data = f.read()
-            return decode_image(data, image_size=self.image_size, max_pixels=self.max_pixels), index
+            return decode_image(data, image_size=self.image_size, stats=self.stats, max_pixels=self.max_pixels), index
         except (OSError, CorruptImageError):
             return torch.zeros(3, self.image_size, self.image_size, dtype=torch.uint8), -1 - index
 
@@ -78,6 +80,7 @@ def embed_images(model: Any, dataset: TestpackImages, dtype: torch.dtype, batch_
         valid[idx] = True
         if on_piece is not None and len(idx):
             on_piece(idx, emb.numpy())
+        log.info("megaface: embedded %d of %d images under %s", piece.indices[-1] + 1, len(dataset), dataset.root)
     if out is None:
         raise ValueError(f"no image to embed under {dataset.root}")
     return out, valid
@@ -286,8 +289,11 @@ def score_features(raw: np.ndarray, refined: np.ndarray, probe_noise: np.ndarray
     for p in passes:
         verify = p.verify_at
         keep = impostors_to_keep(len(raw) * verify, fars) if verify else 0
+        start = time.perf_counter()
         found = search_distractors(stacked, views, distractors, torch.from_numpy(p.order), p.checkpoints,
                                    verify_at=verify, keep_impostors=keep, k=max_rank, chunk=chunk, device=device)
+        log.info("megaface: %d probes against %d distractors (ranks at %s) in %.1f s on %s", len(raw), len(p.order),
+                 ", ".join(str(c) for c in p.checkpoints), time.perf_counter() - start, device)
         for name, res in zip(("refined", "raw"), found):
             for at, top in res.top.items():
                 rates = cmc(top, pairs[0], mates[name], max_rank)
