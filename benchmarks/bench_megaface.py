@@ -36,9 +36,11 @@ def features(probes: int, identities: int, distractors: int, dim: int, seed: int
     ids = np.arange(probes) % identities
     p = centres[ids] + 1.8 * rng.normal(size=(probes, dim)).astype(np.float32)
     p /= np.linalg.norm(p, axis=1, keepdims=True)
-    d = rng.normal(size=(distractors, dim)).astype(np.float32)
-    d /= np.linalg.norm(d, axis=1, keepdims=True)
-    return p, [str(i) for i in ids], d.astype(np.float16), rng.random(probes) < 0.01, rng.random(distractors) < 0.01
+    d = np.empty((distractors, dim), dtype=np.float16)
+    for s in range(0, distractors, 65536):  # in pieces: the peak memory measured is the scoring's, not this
+        piece = rng.standard_normal(size=(min(65536, distractors - s), dim), dtype=np.float32)
+        d[s : s + len(piece)] = piece / np.linalg.norm(piece, axis=1, keepdims=True)
+    return p, [str(i) for i in ids], d, rng.random(probes) < 0.01, rng.random(distractors) < 0.01
 
 
 def chunked(p, ids, d, probe_noise, dist_noise, device: str) -> dict:
