@@ -15,6 +15,7 @@ ifeq ($(SIZE),tiny)
 BENCH_HEADS := --classes 2000 --batch 64 --repeats 2 --heads elastic_arc_plus
 BENCH_DATA := --num-images 128 --repeats 1 --workers 1
 BENCH_VERIFICATION := --pairs 600 --repeats 1
+BENCH_MEGAFACE := --probes 300 --identities 10 --dense 1000 --distractors 3000 --threads 1
 else
 BENCH_HEADS := --classes 20000
 endif
@@ -36,7 +37,7 @@ help:
 	@echo "make lint                                           ruff check and the import layers (CI runs it)"
 	@echo "make format                                         what ruff format would change (a diff; nothing is written)"
 	@echo "make docs                                           the documentation site into site/ (warnings are errors)"
-	@echo "make bench                                          head, data and verification benchmarks"
+	@echo "make bench                                          head, data, verification and MegaFace benchmarks"
 	@echo "make bench SIZE=tiny                                the same in seconds (a smoke test)"
 	@echo "make sweep-demo                                     the paper's Table I grid on synthetic faces, ranked (~20 min, 2 CPU cores)"
 	@echo "make report DIR=logs/sweep_demo/multiruns/<time>    the Borda-ranked table (.md, .csv, .png) of a sweep"
@@ -138,6 +139,7 @@ bench: $(STAMP)
 	$(PY) $(ROOT)benchmarks/bench_heads.py $(BENCH_HEADS)
 	$(PY) $(ROOT)benchmarks/bench_data.py $(BENCH_DATA)
 	$(PY) $(ROOT)benchmarks/bench_verification.py $(BENCH_VERIFICATION)
+	$(PY) $(ROOT)benchmarks/bench_megaface.py $(BENCH_MEGAFACE)
 
 # 11 small jobs one after the other, then the table of the paper's parameter selection
 sweep-demo: $(STAMP)

@@ -8,14 +8,14 @@ import os
 
 import numpy as np
 import pytest
-import torch
 from PIL import Image
-from torch import nn
 
 from elasticface.align.template import align_face, arcface_template, umeyama, warp_affine
 from elasticface.eval.ijb import DEFAULT_FARS, evaluate_ijb, load_ijb_meta
 from elasticface.metrics.roc import roc_curve, tar_at_far, tar_at_fars
+from helpers.ijb_files import ColourEmbedder, reference_templates
 from helpers.ijb_files import apply_similarity as _apply, make_ijb as _make_ijb, similarity as _similarity
+from helpers.roc_oracle import insightface_tar_row
 
 
 def test_template_has_the_x_plus_8_shift():
@@ -87,20 +87,6 @@ def test_alignment_puts_landmarks_on_the_template():
     assert np.abs(got - ref).max() <= 2.0
 
 
-def insightface_tar_row(scores, labels, fars):
-    """eval_ijbc.py's table row: sklearn's ROC with its defaults, arrays flipped, then for every FAR the
-    first (distance, index) minimum, i.e. the nearest FPR and, among equally near points, the highest TPR."""
-    from sklearn.metrics import roc_curve as sk_roc
-
-    fpr, tpr, _ = sk_roc(labels, scores)
-    fpr, tpr = fpr[::-1], tpr[::-1]
-    row = []
-    for far in fars:
-        _, i = min(zip(np.abs(fpr - far), range(len(fpr))))
-        row.append(float(tpr[i]))
-    return row
-
-
 def _scores(num_impostors, num_genuine, decimals, seed):
     """Cosine-like scores: few genuine pairs, many impostors, heavy ties when rounded."""
     rng = np.random.default_rng(seed)
@@ -143,37 +129,11 @@ def test_the_rules_that_insightface_does_not_use_give_other_numbers():
 
 # -- a synthetic IJB-like directory -----------------------------------------------------------------------
 
-class ColourEmbedder(nn.Module):
-    def forward(self, x):
-        return nn.functional.adaptive_avg_pool2d(x, 2).flatten(1) + 0.01 * x[:, :, :8, :8].flatten(1)[:, :12]
-
-
 def _reference_ijb(base, target, model):
-    """Plain loops over images, media and templates."""
-    meta = os.path.join(base, "meta")
-    t = target.lower()
-    lmk = {}
-    for line in open(os.path.join(meta, f"{t}_name_5pts_score.txt")):
-        p = line.split()
-        lmk[p[0]] = (np.array(p[1:11], dtype=float).reshape(5, 2), float(p[11]))
-    feats = {}
-    for name, (points, score) in lmk.items():
-        im = Image.open(os.path.join(base, "loose_crop", name)).convert("RGB")
-        aligned = np.asarray(align_face(im, points), dtype=np.float32).copy()
-        x = torch.from_numpy(aligned).permute(2, 0, 1)[None] / 127.5 - 1
-        with torch.no_grad():
-            f = model(x)[0].double() + model(x.flip(-1))[0].double()
-        feats[name] = f.numpy() * score
-    media = {}
-    for line in open(os.path.join(meta, f"{t}_face_tid_mid.txt")):
-        name, tid, mid = line.split()
-        media.setdefault(int(tid), {}).setdefault(int(mid), []).append(feats[name])
-    templates = {}
-    for tid, ms in media.items():
-        v = sum(np.mean(fs, axis=0) for fs in ms.values())
-        templates[tid] = v / np.linalg.norm(v)
+    """Plain loops over images, media and templates (helpers.ijb_files.reference_templates), then the pair list."""
+    templates = reference_templates(base, target, model)
     scores, labels = [], []
-    for line in open(os.path.join(meta, f"{t}_template_pair_label.txt")):
+    for line in open(os.path.join(base, "meta", f"{target.lower()}_template_pair_label.txt")):
         a, b, y = map(int, line.split())
         scores.append(float(templates[a] @ templates[b]))
         labels.append(bool(y))

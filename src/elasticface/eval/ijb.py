@@ -1,4 +1,5 @@
-"""IJB-B / IJB-C 1:1 template verification (the protocol of insightface's IJB evaluation).
+"""IJB-B / IJB-C 1:1 template verification (the protocol of insightface's IJB evaluation), and the embedding
+and templates that 1:N identification (`eval.ijb_1n`) shares with it.
 
 Expected layout (insightface's release of the IJB sets), with `target` IJBB or IJBC::
 
@@ -94,8 +95,9 @@ class IJBMeta:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
-def load_ijb_meta(root: str, target: str = "IJBC") -> IJBMeta:
-    """Read the three metadata files; image rows follow the landmark file, joined to templates by name."""
+def load_ijb_meta(root: str, target: str = "IJBC", pairs: bool = True) -> IJBMeta:
+    """Read the three metadata files (the pair list only with `pairs`: 1:N reads its own lists); image rows
+    follow the landmark file, joined to templates by name."""
     target = target.upper()
     if target not in ("IJBB", "IJBC"):
         raise ValueError(f"IJB target must be IJBB or IJBC, got {target!r}")
@@ -119,7 +121,8 @@ def load_ijb_meta(root: str, target: str = "IJBC") -> IJBMeta:
             )
         order = np.array([position[n] for n in names])
         templates, medias = templates[order], medias[order]
-    p1, p2, labels = read_template_pairs(os.path.join(meta, f"{t}_template_pair_label.txt"))
+    empty = np.zeros(0, dtype=np.int64)
+    p1, p2, labels = read_template_pairs(os.path.join(meta, f"{t}_template_pair_label.txt")) if pairs else (empty,) * 3
     image_dir = os.path.join(base, "loose_crop")
     if not os.path.isdir(image_dir):
         raise FileNotFoundError(f"IJB: image folder {image_dir} not found")
@@ -197,11 +200,15 @@ def evaluate_ijb(
     normalize_images: bool = False,
     fars: Sequence[float] = DEFAULT_FARS,
     image_size: int = 112,
+    verification: bool = True,
+    identification: bool = False,
+    fpirs: Sequence[float] = (0.01, 0.1),
 ) -> dict[str, Any]:
-    """Embed, aggregate and score an IJB set. Returns `tar` ({key: TAR}), `scores`, `labels`, `roc`."""
+    """Embed, aggregate and score an IJB set: 1:1 (`verification`: `tar` ({key: TAR}), `scores`, `labels`, `roc`)
+    and/or 1:N (`identification`: rank-N and TPIR at `fpirs`, `eval.ijb_1n`) from one embedding pass."""
     from elasticface.eval.embedding_loop import embed_dataset
 
-    meta = load_ijb_meta(root, target)
+    meta = load_ijb_meta(root, target, pairs=verification)
     dataset = IJBImages(meta.image_dir, meta.names, meta.landmarks, image_size)
     log.info(
         "IJB %s: embedding %d images of %d templates", meta.target, len(dataset), np.unique(meta.templates).shape[0]
@@ -213,15 +220,16 @@ def evaluate_ijb(
     if use_detector_score:
         feats = feats * torch.from_numpy(meta.scores)[:, None]
     template_ids, tfeats = template_features(feats.numpy(), meta.templates, meta.medias)
-    scores = template_pair_scores(template_ids, tfeats, meta.pair_t1, meta.pair_t2)
-    labels = meta.pair_labels.astype(bool)
-    roc = roc_curve(scores, labels)
-    return {
-        "tar": tar_at_fars(roc[0], roc[1], fars),
-        "scores": scores,
-        "labels": labels,
-        "roc": roc,
-        "num_images": len(dataset),
-        "num_templates": int(template_ids.shape[0]),
-        "num_pairs": int(labels.shape[0]),
-    }
+    out: dict[str, Any] = {"num_images": len(dataset), "num_templates": int(template_ids.shape[0])}
+    if verification:
+        scores = template_pair_scores(template_ids, tfeats, meta.pair_t1, meta.pair_t2)
+        labels = meta.pair_labels.astype(bool)
+        roc = roc_curve(scores, labels)
+        out.update(tar=tar_at_fars(roc[0], roc[1], fars), scores=scores, labels=labels, roc=roc,
+                   num_pairs=int(labels.shape[0]))
+    if identification:
+        from elasticface.eval.ijb_1n import identification as one_to_n
+
+        out["identification"] = one_to_n(template_ids, tfeats, os.path.join(os.path.dirname(meta.image_dir), "meta"),
+                                         meta.target, fpirs)
+    return out

@@ -71,3 +71,33 @@ def value_histogram(values: np.ndarray, title: str, xlabel: str, bins: int = 50)
     set_title(ax, title)
     fig.tight_layout()
     return fig
+
+
+def identification_figure(views: Mapping[str, Mapping[str, object]], title: str = "MegaFace") -> Figure:
+    """Identification results side by side, one line per view (`{name: {"rank1": {count: rate}, "cmc": [rates],
+    "roc": (fpr, tpr)}}`): rank-1 against the number of distractors, the CMC, and the ROC on a log FAR axis."""
+    fig, axes = plt.subplots(1, 3, figsize=(13, 4), dpi=100)
+    for name, v in views.items():
+        counts = [int(c) for c in v["rank1"]]
+        axes[0].plot(counts, [100 * r for r in v["rank1"].values()], marker="o", label=name)
+        cmc = list(v.get("cmc") or [])
+        axes[1].plot(range(1, len(cmc) + 1), [100 * r for r in cmc], marker="o", label=name)
+        if v.get("roc") is not None:
+            fpr, tpr = (np.asarray(a) for a in v["roc"])
+            keep = fpr > 0
+            axes[2].plot(fpr[keep], 100 * tpr[keep], label=name)
+    axes[0].set_xscale("log")
+    axes[0].set_xlabel("distractors")
+    axes[0].set_ylabel("rank-1 identification (%)")
+    axes[1].set_xlabel("rank")
+    axes[1].set_ylabel("identification rate (%)")
+    axes[2].set_xscale("log")
+    axes[2].set_xlabel("false accept rate")
+    axes[2].set_ylabel("true accept rate (%)")
+    for ax, sub in zip(axes, ("rank-1", "CMC", "ROC")):
+        ax.grid(True, which="both", alpha=0.3)
+        set_title(ax, f"{title}: {sub}")
+        if views:
+            ax.legend(loc="lower right" if sub != "rank-1" else "lower left")
+    fig.tight_layout()
+    return fig

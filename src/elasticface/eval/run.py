@@ -15,6 +15,10 @@ from omegaconf import DictConfig, OmegaConf
 log = logging.getLogger(__name__)
 
 
+NOTHING = ("nothing to evaluate: set data.val_root=<folder with .bin sets>, pairs_file=... image_root=..., "
+           "ijb.root=... and/or megaface.root=...")
+
+
 def _output_dir(cfg: DictConfig, output_dir: str | None) -> str:
     if output_dir is None:
         try:
@@ -66,7 +70,7 @@ def format_table(rows: list[dict[str, Any]]) -> str:
             v = row.get(c)
             if v is None:
                 cells.append("")
-            elif c in ("acc", "acc_std") or c.startswith("tar_at_far"):
+            elif c in ("acc", "acc_std") or c.startswith(("tar_at_far", "rank", "tpir_at_fpir")):
                 cells.append(f"{100 * v:.2f}")
             elif isinstance(v, float):
                 cells.append(f"{v:.4f}")
@@ -85,10 +89,12 @@ def _columns(rows: list[dict[str, Any]]) -> list[str]:
     return columns
 
 
-def write_results(rows: list[dict[str, Any]], output_dir: str, meta: dict[str, Any]) -> tuple[str, str]:
+def write_results(rows: list[dict[str, Any]], output_dir: str, meta: dict[str, Any],
+                  blocks: dict[str, Any] | None = None) -> tuple[str, str]:
+    """results.json ({"meta", "results": rows, **blocks}: a benchmark's detail such as "megaface") and results.csv."""
     json_path = os.path.join(output_dir, "results.json")
     with open(json_path, "w") as f:
-        json.dump({"meta": meta, "results": rows}, f, indent=2)
+        json.dump({"meta": meta, "results": rows, **(blocks or {})}, f, indent=2)
     csv_path = os.path.join(output_dir, "results.csv")
     with open(csv_path, "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=_columns(rows))
@@ -127,19 +133,24 @@ def evaluate(cfg: DictConfig, output_dir: str | None = None) -> list[dict[str, A
 
     output_dir = _output_dir(cfg, output_dir)
     ijb_cfg = cfg.get("ijb") or {}
+    mf_cfg = cfg.get("megaface") or {}
     data = cfg.get("data") or {}
-    if not data.get("val_root") and not cfg.get("pairs_file") and not ijb_cfg.get("root"):
-        raise ValueError("nothing to evaluate: set data.val_root=<folder with .bin sets>, "
-                         "pairs_file=... image_root=..., and/or ijb.root=...")
+    if not data.get("val_root") and not cfg.get("pairs_file") and not ijb_cfg.get("root") and not mf_cfg.get("root"):
+        raise ValueError(NOTHING)
     device = resolve_device(cfg.get("device", "auto"))
-    model_file = one_model_file(cfg.get("weights"))
-    model = load_model_file(model_file, device, backbone_option(cfg), OmegaConf.select(cfg, "model.embedding_size"),
-                            allow_torchscript=bool(cfg.get("allow_torchscript", False)))
-    image_size = input_size(data.get("image_size"), model, model_file)
+    # MegaFace from gen_megaface.py's feature files alone needs no model
+    features_only = (bool(mf_cfg.get("features")) and not cfg.get("weights")
+                     and not (data.get("val_root") or cfg.get("pairs_file") or ijb_cfg.get("root")))
+    model_file, model, image_size = None, None, 112
+    if not features_only:
+        model_file = one_model_file(cfg.get("weights"))
+        model = load_model_file(model_file, device, backbone_option(cfg),
+                                OmegaConf.select(cfg, "model.embedding_size"),
+                                allow_torchscript=bool(cfg.get("allow_torchscript", False)))
+        image_size = input_size(data.get("image_size"), model, model_file)
     sets = verification_sets(cfg, image_size)  # read once the model file is known to be usable
-    if not sets and not ijb_cfg.get("root"):
-        raise ValueError("nothing to evaluate: set data.val_root=<folder with .bin sets>, "
-                         "pairs_file=... image_root=..., and/or ijb.root=...")
+    if not sets and not ijb_cfg.get("root") and not mf_cfg.get("root"):
+        raise ValueError(NOTHING)
     kw = dict(batch_size=int(cfg.batch_size), flip=bool(cfg.flip), device=device, num_workers=int(cfg.num_workers))
     rows: list[dict[str, Any]] = []
     curves: dict[str, dict[str, np.ndarray]] = {}
@@ -152,23 +163,17 @@ def evaluate(cfg: DictConfig, output_dir: str | None = None) -> list[dict[str, A
         rows.append({"benchmark": name, "pairs": int(pairs.num_pairs), **result, "seconds": seconds})
         curves[name] = roc
         log.info("%s: acc %.4f +- %.4f", name, result["acc"], result["acc_std"])
+    blocks: dict[str, Any] = {}
     if ijb_cfg.get("root"):
-        from elasticface.eval.ijb import evaluate_ijb
+        _evaluate_ijb(model, ijb_cfg, image_size, kw, output_dir, rows, curves, blocks)
+    if mf_cfg.get("root"):
+        from elasticface.eval.megaface_report import evaluate_megaface_config
 
-        start = time.perf_counter()
-        res = evaluate_ijb(model, str(ijb_cfg.root), str(ijb_cfg.target), image_size=image_size,
-                           use_detector_score=bool(ijb_cfg.use_detector_score),
-                           normalize_images=bool(ijb_cfg.normalize_images), fars=[float(f) for f in ijb_cfg.fars], **kw)
-        rows.append({"benchmark": str(ijb_cfg.target).upper(), "pairs": res["num_pairs"], **res["tar"],
-                     "seconds": round(time.perf_counter() - start, 2)})
-        fpr, tpr, _ = res["roc"]
-        curves[str(ijb_cfg.target).upper()] = {"fpr": fpr, "tpr": tpr}
-        if ijb_cfg.get("save_scores"):
-            np.save(os.path.join(output_dir, f"{ijb_cfg.target}_scores.npy"), res["scores"])
-            np.save(os.path.join(output_dir, f"{ijb_cfg.target}_labels.npy"), res["labels"])
+        blocks["megaface"] = evaluate_megaface_config(model, mf_cfg, image_size, kw, output_dir, rows,
+                                                      bool(cfg.get("plots", True)))
 
     meta = {"weights": model_file, "flip": bool(cfg.flip), "config": OmegaConf.to_container(cfg, resolve=False)}
-    json_path, csv_path = write_results(rows, output_dir, meta)
+    json_path, csv_path = write_results(rows, output_dir, meta, blocks)
     print(format_table(rows))
     print(f"results: {json_path} {csv_path}")
     from elasticface.eval.thresholds import store_thresholds
@@ -179,6 +184,39 @@ def evaluate(cfg: DictConfig, output_dir: str | None = None) -> list[dict[str, A
     if cfg.get("plots", True):
         _save_plots(curves, output_dir)
     return rows
+
+
+def _evaluate_ijb(model: Any, ijb_cfg: DictConfig, image_size: int, kw: dict[str, Any], output_dir: str,
+                  rows: list[dict[str, Any]], curves: dict[str, dict[str, np.ndarray]], blocks: dict[str, Any]) -> None:
+    """IJB-B/C by ijb.protocol: 1v1 (TAR at FAR), 1n (rank-N and TPIR at FPIR) or both, one table row each."""
+    from elasticface.eval.ijb import evaluate_ijb
+
+    protocol = str(ijb_cfg.get("protocol", "1v1"))
+    if protocol not in ("1v1", "1n", "both"):
+        raise ValueError(f"ijb.protocol={protocol!r}: expected 1v1 (verification), 1n (identification) or both")
+    target = str(ijb_cfg.target).upper()
+    fars = [float(f) for f in ijb_cfg.fars]
+    start = time.perf_counter()
+    res = evaluate_ijb(model, str(ijb_cfg.root), target, image_size=image_size,
+                       use_detector_score=bool(ijb_cfg.use_detector_score),
+                       normalize_images=bool(ijb_cfg.normalize_images), fars=fars,
+                       identification=protocol != "1v1", verification=protocol != "1n",
+                       fpirs=[float(f) for f in ijb_cfg.get("fpirs", (0.01, 0.1))], **kw)
+    seconds = round(time.perf_counter() - start, 2)
+    if protocol != "1n":
+        rows.append({"benchmark": target, "pairs": res["num_pairs"], **res["tar"], "seconds": seconds})
+        fpr, tpr, _ = res["roc"]
+        curves[target] = {"fpr": fpr, "tpr": tpr}
+        if ijb_cfg.get("save_scores"):
+            np.save(os.path.join(output_dir, f"{ijb_cfg.target}_scores.npy"), res["scores"])
+            np.save(os.path.join(output_dir, f"{ijb_cfg.target}_labels.npy"), res["labels"])
+    if protocol != "1v1":
+        one_n = res["identification"]
+        rows.append({"benchmark": f"{target} 1:N", "pairs": one_n["probes"],
+                     **{k: v for k, v in one_n.items() if k.startswith(("rank", "tpir"))}, "seconds": seconds})
+        blocks["ijb_1n"] = {"target": target, **one_n}
+        for line in one_n.get("problems", []):
+            log.warning("%s 1:N: %s", target, line)
 
 
 def _save_plots(curves: dict[str, dict[str, np.ndarray]], output_dir: str) -> None:

@@ -47,6 +47,14 @@ def roc_curve(scores: Any, labels: Any, drop_intermediate: bool = True) -> tuple
     """
     scores = as_numpy(scores).reshape(-1)
     labels = as_numpy(labels, dtype=bool).reshape(-1)
+    tps, fps, thresholds = _roc_counts(scores, labels, drop_intermediate)
+    tpr = np.r_[0.0, tps / max(int(labels.sum()), 1)]
+    fpr = np.r_[0.0, fps / max(int((~labels).sum()), 1)]
+    return fpr, tpr, np.r_[np.inf, thresholds]
+
+
+def _roc_counts(scores: np.ndarray, labels: np.ndarray, drop_intermediate: bool) -> tuple[np.ndarray, ...]:
+    """(true-positive counts, false-positive counts, thresholds) at each distinct score, highest first."""
     if scores.shape != labels.shape:
         raise ValueError(f"roc_curve: {scores.shape[0]} scores for {labels.shape[0]} labels")
     if not np.isfinite(scores).all():
@@ -60,9 +68,41 @@ def roc_curve(scores: Any, labels: Any, drop_intermediate: bool = True) -> tuple
     if drop_intermediate and tps.shape[0] > 2:
         keep = np.r_[True, np.logical_or(np.diff(fps, 2), np.diff(tps, 2)), True]
         tps, fps, thresholds = tps[keep], fps[keep], thresholds[keep]
-    tpr = np.r_[0.0, tps / max(int(labels.sum()), 1)]
-    fpr = np.r_[0.0, fps / max(int((~labels).sum()), 1)]
-    return fpr, tpr, np.r_[np.inf, thresholds]
+    return tps, fps, thresholds
+
+
+def impostors_to_keep(num_impostors: int, fars: Sequence[float]) -> int:
+    """How many of the highest impostor scores `tar_at_fars_top` needs to read TAR at `fars` exactly: more than
+    twice the largest FAR's share, so that every ROC point the rule could pick lies among them."""
+    return min(int(num_impostors), int(2 * max(fars) * num_impostors) + 1)
+
+
+def tar_at_fars_top(genuine: Any, top_impostors: Any, num_impostors: int,
+                    fars: Sequence[float]) -> tuple[dict[str, float], np.ndarray, np.ndarray]:
+    """`tar_at_fars(*roc_curve(all scores))` from every genuine score and only the highest impostor scores.
+
+    `top_impostors` must hold every impostor score >= its own minimum t (ties included), at least
+    `impostors_to_keep(num_impostors, fars)` of them, out of `num_impostors`: 3.5 billion (probe, distractor)
+    scores need not exist at once. The ROC points above t are then exactly those of the full curve (their
+    counts, and whether drop_intermediate keeps them); the point at t has exact counts, and t's FPR is more than
+    twice the largest target, so no point at or below t is nearer to a target than the (0, 0) start. Returns
+    ({key: TAR}, fpr, tpr) with the curve's known part (for plots)."""
+    genuine = as_numpy(genuine).reshape(-1)
+    num_genuine = genuine.shape[0]
+    top = as_numpy(top_impostors).reshape(-1)
+    num_impostors = int(num_impostors)
+    if top.shape[0] > num_impostors:
+        raise ValueError(f"tar_at_fars_top: {top.shape[0]} impostor scores kept out of {num_impostors}")
+    if top.shape[0] < impostors_to_keep(num_impostors, fars):
+        raise ValueError(f"tar_at_fars_top: {top.shape[0]} impostor scores kept; FAR {max(fars):g} of "
+                         f"{num_impostors} needs {impostors_to_keep(num_impostors, fars)}")
+    if top.shape[0] < num_impostors:  # genuine scores below t would add points whose impostor counts are unknown
+        genuine = genuine[genuine >= top.min()]
+    labels = np.r_[np.ones(genuine.shape[0], dtype=bool), np.zeros(top.shape[0], dtype=bool)]
+    tps, fps, _ = _roc_counts(np.r_[genuine, top], labels, drop_intermediate=True)
+    fpr = np.r_[0.0, fps / max(num_impostors, 1)]
+    tpr = np.r_[0.0, tps / max(num_genuine, 1)]
+    return tar_at_fars(fpr, tpr, fars), fpr, tpr
 
 
 def tar_at_far(fpr: np.ndarray, tpr: np.ndarray, far: float) -> float:

@@ -1,0 +1,181 @@
+"""insightface's `megaface_testpack_v1.0` layout, and the devkit's template lists, read as data.
+
+    <root>/facescrub_images/<identity>/<file>       probes (aligned 112x112)
+    <root>/megaface_images/<a1>/<a2>/<file>         distractors
+    <root>/facescrub_lst                            lines '<identity>/<file>' (relative to facescrub_images)
+    <root>/megaface_lst                             lines '<a1>/<a2>/<file>' (relative to megaface_images)
+    <root>/facescrub_noises.txt                     file names; MegaFace (R) replaces their features
+    <root>/megaface_noises.txt                      '<a1>/<a2>/<file>', optionally after a tab
+    <templatelists>/facescrub_features_list.json    the devkit's probes: {"path": [...], "id": [...]}
+    <templatelists>/megaface_features_list.json_<size>_<set>   the devkit's distractor sets: {"path": [...]}
+
+Lines starting with `#` are comments. What is missing or does not match is said in one line each (`problems`)
+and left out; the rest is still evaluated: a list that is missing is replaced by the images its folder holds,
+a listed image that is missing is skipped, a noise line naming no listed image is counted.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+
+import numpy as np
+
+PROBE_DIR, DISTRACTOR_DIR = "facescrub_images", "megaface_images"
+PROBE_LIST, DISTRACTOR_LIST = "facescrub_lst", "megaface_lst"
+PROBE_NOISES, DISTRACTOR_NOISES = "facescrub_noises.txt", "megaface_noises.txt"
+PROBE_TEMPLATES, DISTRACTOR_TEMPLATES = "facescrub_features_list.json", "megaface_features_list.json"
+
+
+@dataclass
+class Testpack:
+    """The images of a testpack that exist, in list order, and which of them the noise lists name."""
+
+    root: str
+    probes: list[str]              # relative to facescrub_images
+    identities: list[str]          # one per probe
+    distractors: list[str]         # relative to megaface_images
+    probe_noise: np.ndarray        # bool per probe
+    distractor_noise: np.ndarray   # bool per distractor
+    problems: list[str] = field(default_factory=list)
+
+    @property
+    def probe_dir(self) -> str:
+        return os.path.join(self.root, PROBE_DIR)
+
+    @property
+    def distractor_dir(self) -> str:
+        return os.path.join(self.root, DISTRACTOR_DIR)
+
+
+def read_lines(path: str) -> list[str]:
+    """Non-empty lines without `#` comments, stripped."""
+    with open(path, encoding="utf-8") as f:
+        return [s for s in (line.strip() for line in f) if s and not s.startswith("#")]
+
+
+def _walk(folder: str, depth: int) -> list[str]:
+    """Relative paths of the files exactly `depth` folders down, sorted."""
+    out = []
+    for base, _, files in os.walk(folder):
+        rel = os.path.relpath(base, folder)
+        if (0 if rel == "." else rel.count(os.sep) + 1) == depth - 1:
+            out += [os.path.join(rel, f).replace(os.sep, "/") for f in files]
+    return sorted(out)
+
+
+def _listed(root: str, list_name: str, folder: str, depth: int, problems: list[str], images: bool) -> list[str]:
+    """The list's entries whose image exists (every entry when not `images`); the folder's images when the list
+    is missing."""
+    list_path, image_dir = os.path.join(root, list_name), os.path.join(root, folder)
+    if not images:
+        if not os.path.isfile(list_path):
+            raise FileNotFoundError(f"MegaFace testpack {root}: {list_name} not found; the features' file names "
+                                    f"come from it")
+        return read_lines(list_path)
+    if not os.path.isdir(image_dir):
+        raise FileNotFoundError(f"MegaFace testpack {root}: no {folder}/ folder; expected insightface's "
+                                f"megaface_testpack_v1.0 layout ({PROBE_DIR}/, {DISTRACTOR_DIR}/, {PROBE_LIST}, ...)")
+    if not os.path.isfile(list_path):
+        found = _walk(image_dir, depth)
+        problems.append(f"{list_path} missing: the {len(found)} images under {image_dir} used instead")
+        return found
+    listed = read_lines(list_path)
+    present = [p for p in listed if os.path.isfile(os.path.join(image_dir, p))]
+    if len(present) < len(listed):
+        first = next(p for p in listed if not os.path.isfile(os.path.join(image_dir, p)))
+        problems.append(f"{list_path}: {len(listed) - len(present)} of {len(listed)} listed images missing "
+                        f"(skipped; first {os.path.join(image_dir, first)})")
+    return present
+
+
+def _noise_lines(path: str, problems: list[str]) -> list[str]:
+    if not os.path.isfile(path):
+        problems.append(f"{path} missing: MegaFace (R) refines nothing it would name")
+        return []
+    return read_lines(path)
+
+
+def distractor_key(path: str) -> str:
+    """'a1/a2/file', the name megaface_noises.txt and the devkit use for a distractor."""
+    return "/".join(path.split("/")[-3:])
+
+
+def read_testpack(root: str, images: bool = True) -> Testpack:
+    """The testpack's probes (identity = the folder an image is in), distractors and noise flags; with
+    `images=False` (features read from files) the lists as they are, images or not."""
+    problems: list[str] = []
+    probes = _listed(root, PROBE_LIST, PROBE_DIR, 2, problems, images)
+    distractors = _listed(root, DISTRACTOR_LIST, DISTRACTOR_DIR, 3, problems, images)
+    identities = [p.split("/")[-2] if "/" in p else "" for p in probes]
+    # facescrub_noises.txt names files: a probe is noisy when its file name is listed (remove_noises.py's rule)
+    probe_names = [p.split("/")[-1] for p in probes]
+    noise = set(_noise_lines(os.path.join(root, PROBE_NOISES), problems))
+    probe_noise = np.array([n in noise for n in probe_names], dtype=bool)
+    _unmatched(noise - set(probe_names), os.path.join(root, PROBE_NOISES), "listed probe", problems)
+    keys = [distractor_key(p) for p in distractors]
+    noise = {line.split("\t")[-1].strip() for line in _noise_lines(os.path.join(root, DISTRACTOR_NOISES), problems)}
+    distractor_noise = np.array([k in noise for k in keys], dtype=bool)
+    _unmatched(noise - set(keys), os.path.join(root, DISTRACTOR_NOISES), "listed distractor", problems)
+    return Testpack(root, probes, identities, distractors, probe_noise, distractor_noise, problems)
+
+
+def _unmatched(names: set[str], path: str, what: str, problems: list[str]) -> None:
+    if names:
+        problems.append(f"{path}: {len(names)} noise line(s) name no {what} (ignored; e.g. {sorted(names)[0]})")
+
+
+def _read_json_paths(path: str, keys: tuple[str, ...]) -> dict[str, list]:
+    with open(path, encoding="utf-8") as f:
+        data = json.load(f)
+    if not isinstance(data, dict) or any(not isinstance(data.get(k), list) for k in keys):
+        raise ValueError(f"{path}: expected a JSON object with list(s) {', '.join(map(repr, keys))} "
+                         f"(the MegaFace devkit's template list)")
+    return data
+
+
+def _match(paths: list[str], known: list[str], source: str, what: str, problems: list[str],
+           key=lambda p: p) -> list[tuple[int, int]]:
+    """(position in `paths`, row of `known`) for each devkit path found in the testpack: by its name, else by its
+    name without the extension (the devkit's lists say .png where a testpack may hold .jpg)."""
+    exact = {key(p): i for i, p in enumerate(known)}
+    stem = {os.path.splitext(key(p))[0]: i for i, p in enumerate(known)}
+    found, missing = [], []
+    for j, p in enumerate(paths):
+        i = exact.get(key(p), stem.get(os.path.splitext(key(p))[0]))
+        (missing.append(p) if i is None else found.append((j, i)))
+    if missing:
+        problems.append(f"{source}: {len(missing)} of {len(paths)} {what} not in the testpack (skipped; "
+                        f"first {missing[0]})")
+    return found
+
+
+def probe_key(path: str) -> str:
+    """'identity/file', the name facescrub_lst and the devkit use for a probe."""
+    return "/".join(path.split("/")[-2:])
+
+
+def devkit_probes(templatelists: str, pack: Testpack, problems: list[str]) -> tuple[list[int], list[str]] | None:
+    """(probe rows, identities) as the devkit's facescrub_features_list.json names them; None without it."""
+    path = os.path.join(templatelists, PROBE_TEMPLATES)
+    if not os.path.isfile(path):
+        problems.append(f"{path} missing: every listed probe is used")
+        return None
+    data = _read_json_paths(path, ("path", "id"))
+    if len(data["path"]) != len(data["id"]):
+        raise ValueError(f"{path}: {len(data['path'])} paths but {len(data['id'])} ids")
+    found = _match([str(p) for p in data["path"]], pack.probes, path, "probes", problems, key=probe_key)
+    return [row for _, row in found], [str(data["id"][j]) for j, _ in found]
+
+
+def devkit_distractors(templatelists: str, size: int, set_index: int, pack: Testpack,
+                       problems: list[str]) -> np.ndarray | None:
+    """Rows of the distractors `megaface_features_list.json_<size>_<set>` names; None without that file."""
+    path = os.path.join(templatelists, f"{DISTRACTOR_TEMPLATES}_{size}_{set_index}")
+    if not os.path.isfile(path):
+        problems.append(f"{path} missing: {size} distractors drawn by the seed instead")
+        return None
+    paths = [str(p) for p in _read_json_paths(path, ("path",))["path"]]
+    found = _match(paths, pack.distractors, path, "distractors", problems, key=distractor_key)
+    return np.asarray([row for _, row in found], dtype=np.int64)
