@@ -6,11 +6,13 @@ from elasticface.module import FaceRecognitionModule
 
 
 def nan_loss_at_step(monkeypatch, bad_step: int) -> None:
-    """From now on in this test, `FaceRecognitionModule.training_step` returns NaN at global step `bad_step`."""
+    """From now on in this test, `FaceRecognitionModule.training_step` returns a NaN loss at global step `bad_step`."""
     step = FaceRecognitionModule.training_step
 
     def training_step(self, batch, batch_idx):
-        loss = step(self, batch, batch_idx)
-        return loss * float("nan") if self.global_step == bad_step else loss
+        out = step(self, batch, batch_idx)
+        if self.global_step == bad_step:
+            out["loss"] = out["loss"] * float("nan")
+        return out
 
     monkeypatch.setattr(FaceRecognitionModule, "training_step", training_step)

@@ -34,7 +34,7 @@ class CompiledSteps(pl.Callback):
     def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any,
                            batch_idx: int) -> None:
         counter = getattr(pl_module, "compiled_calls", None)
-        if counter is None or outputs is None:  # eager by setting, or a batch the module skipped
+        if counter is None or not outputs or outputs.get("loss") is None:  # eager by setting, or a batch skipped
             return
         if counter.calls > self._calls_before:
             self.compiled += 1

@@ -46,8 +46,8 @@ class StepStatistics(pl.Callback):
         if len(batch) > 2 and isinstance(batch[2], Tensor):  # summed on the device, logged at the epoch's end
             skipped = batch[2].float().sum()
             self._skipped = skipped if self._skipped is None else self._skipped + skipped
-        if not isinstance(outputs, dict) or not should_update_logs(trainer):
-            return
+        if not isinstance(outputs, dict) or outputs.get("classifier") is None or not should_update_logs(trainer):
+            return  # a batch the module skipped (too few readable records), or a step the loggers do not write
         out: ClassifierOutput = outputs["classifier"]
         log = pl_module.log
         if out.aux is not None:

@@ -137,9 +137,9 @@ class VerificationPlots(pl.Callback):
         loggers = self._image_loggers(trainer)
         if not loggers:
             return
-        if not isinstance(outputs, dict):
+        out = outputs.get("classifier") if isinstance(outputs, dict) else None
+        if out is None:  # a batch the module skipped
             return
-        out = outputs["classifier"]
         margins = _as_numpy(last_margins(out))
         theta = _as_numpy(out.theta_y[out.valid] if pl_module.head.normalized else None)
         for logger in loggers:

@@ -125,7 +125,7 @@ class FaceDataModule(pl.LightningDataModule):
         self.val_batch_size = val_batch_size
         self.num_workers = loader_workers(num_workers)
         self.pin_memory = pin_memory and torch.cuda.is_available()
-        self.persistent_workers = persistent_workers and num_workers > 0
+        self.persistent_workers = persistent_workers and self.num_workers > 0
         self.hflip = hflip
         self.augment = BatchAugment(**(augment or {}))
         self.drop_last = drop_last
