@@ -15,6 +15,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 import torch
+from omegaconf import OmegaConf
 
 from elasticface.backbones.weights import WeightsError
 from elasticface.cli.compose import compose_train
@@ -314,3 +315,17 @@ def test_no_head_only_phase_needs_no_epoch_length_and_a_phase_does():
     assert head_only_steps(0.0, float("inf"), 6) == 0  # a step-bounded run whose epochs Lightning cannot count
     with pytest.raises(ValueError, match=r"finetune.head_only_epochs=1: this run's epochs have no known length"):
         head_only_steps(1.0, float("inf"), 6)
+
+
+def test_a_key_typed_over_the_recipe_wins_and_is_said_once(tiny_cfg, tmp_path, caplog):
+    from elasticface.finetune.config import resolve, typed_over_recipe
+
+    recipe = OmegaConf.create({"scale": "head", "optimizer": {"lr": 0.01}, "trainer": {"max_epochs": 4}})
+    assert typed_over_recipe(["optimizer.lr=0.05", "seed=3", "+trainer.max_epochs=2"], recipe) == {
+        "optimizer.lr": ("0.05", 0.01), "trainer.max_epochs": ("2", 4)}
+    cfg = tiny_cfg(f"weights={_tiny_file(tmp_path)}", "optimizer.lr=0.05")
+    assert cfg.optimizer.lr == 0.05
+    with caplog.at_level("INFO", logger="elasticface.finetune.config"):
+        resolve(cfg)
+    said = [r.getMessage() for r in caplog.records if "in place of the recipe's" in r.getMessage()]
+    assert said == ["finetune=recipe: typed optimizer.lr=0.05, in place of the recipe's optimizer.lr=0.01"]

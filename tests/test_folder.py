@@ -112,3 +112,25 @@ def test_image_files_see_the_files_training_sees(faces):
     (faces / "broken.jpg").write_bytes(b"\xff\xd8 not a jpeg")
     with pytest.raises(CorruptImageError, match="broken.jpg"):
         ImageFiles(str(faces), ["broken.jpg"])[0]
+
+
+def test_pairs_of_people_the_training_folder_holds_are_refused_before_the_first_step(faces, tmp_path):
+    """Verification is on people never trained on: a pairs list naming a training person stops the run at setup,
+    naming the list and the person; the same list against other people passes."""
+    from elasticface.data.datamodule import FaceDataModule
+
+    held_out = tmp_path / "held_out"
+    save_image(held_out / "dave" / "1.jpg", smooth_image(5))
+    save_image(held_out / "dave" / "2.jpg", smooth_image(6))
+    save_image(held_out / "bob" / "9.jpg", smooth_image(7))
+    pairs = tmp_path / "pairs.txt"
+    pairs.write_text("dave/1.jpg dave/2.jpg 1\ndave/1.jpg bob/9.jpg 0\n")
+
+    def datamodule(pairs_file):
+        return FaceDataModule(lambda: ImageFolderFaces(str(faces)),
+                              lambda: folder_val_sets(str(pairs_file), str(held_out)), batch_size=2, num_workers=0)
+
+    with pytest.raises(ValueError, match=r"pairs.txt: names 1 people the training folder holds too \(bob\)"):
+        datamodule(pairs).setup("fit")
+    pairs.write_text("dave/1.jpg dave/2.jpg 1\ndave/2.jpg dave/1.jpg 1\n")
+    datamodule(pairs).setup("fit")

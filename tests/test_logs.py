@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -183,6 +184,20 @@ def test_library_noise_is_silenced_at_its_source_only(slurm_env, monkeypatch):
         logger.filters[:] = saved_filters
 
 
+@pytest.mark.slow  # a debug=tiny run in a process of its own on one core
+def test_a_run_on_one_core_starts_one_loader_worker_and_no_warning(tmp_path, user_env):
+    """data.num_workers=auto on a machine (or a SLURM allocation) of one core: one worker, so neither torch's nor
+    torchdata's loader warns that the workers exceed the cores."""
+    if not shutil.which("taskset"):
+        pytest.skip("taskset (util-linux) is not installed")
+    out = subprocess.run(["taskset", "-c", "0", sys.executable, str(ROOT / "train.py"), "debug=tiny"],
+                         cwd=_fresh(tmp_path), env=user_env, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    text = out.stdout + out.stderr
+    assert warning_lines(text) == [], text[-3000:]
+    assert "torch threads: 1 (trainer.threads=auto: 1 core(s) allowed)" in text
+
+
 def test_warning_lines_are_recognised():
     """The oracle of the tests above, on lines the libraries printed before they were silenced."""
     lines = {
@@ -191,6 +206,11 @@ def test_warning_lines_are_recognised():
         "LeafSpec)` is deprecated": True,
         "[2026-11-28 09:00:13,094][elasticface.training][WARNING] - preempted at step 2": True,
         "lightning_fabric/plugins/environments/slurm.py:204: PossibleUserWarning: The `srun` command": True,
+        # the loaders' worker warnings (data.num_workers above the cores: data/datamodule.py's loader_workers)
+        ".venv/lib/python3.11/site-packages/torch/utils/data/dataloader.py:627: UserWarning: This DataLoader will "
+        "create 4 worker processes in total. Our suggested max number of worker in current system is 2": True,
+        ".venv/lib/python3.11/site-packages/torchdata/stateful_dataloader/stateful_dataloader.py:511: UserWarning: "
+        "This DataLoader will create 4 worker processes in total": True,
         "[2026-11-28 09:00:13,094][elasticface.callbacks.progress][INFO] - epoch 1/5  step 10/465  loss 3.5": False,
         "  devices   1 cpu  precision 32-true  compile auto -> eager on CPU (AVX2)": False,
     }

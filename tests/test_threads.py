@@ -128,3 +128,16 @@ def test_train_command_refuses_zero_threads_before_reading_data(tmp_path):
     assert out.returncode != 0
     assert "trainer.threads=0: a thread count must be >= 1" in out.stdout + out.stderr
     assert not list(tmp_path.glob("logs/train/runs/*/checkpoints"))
+
+
+def test_loader_workers_follow_the_cores_a_run_may_use(monkeypatch):
+    """data.num_workers=auto: the allowed cores shared by the processes training on them, 1 to 4; a count as typed."""
+    import elasticface.data.datamodule as datamodule
+
+    for cores, processes, workers in ((1, 1, 1), (2, 1, 2), (2, 2, 1), (16, 1, 4), (16, 8, 2), (3, 4, 1)):
+        monkeypatch.setattr(datamodule, "allowed_cores", lambda cores=cores: cores)
+        assert datamodule.loader_workers("auto", processes) == workers, (cores, processes)
+    assert datamodule.loader_workers(8) == 8 and datamodule.loader_workers(0) == 0
+    for bad in (-1, "many", True):
+        with pytest.raises(ValueError, match=r"data.num_workers="):
+            datamodule.loader_workers(bad)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import multiprocessing
+import os
 import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -68,6 +69,23 @@ def loader_workers(setting: int | str, processes: int = 1) -> int:
         raise ValueError(f"data.num_workers={setting!r}: expected auto or a count >= 0 (0 loads in the training "
                          "process)")
     return setting
+
+
+def check_people_disjoint(train_set: Any, val_sets: dict[str, PairSet]) -> None:
+    """Verification is on people the model never trained on: a pair set read from image files in a folder per
+    person (a pairs list) that names a training person is an error naming the person and the set. Sets without
+    names (`.bin`) are split by identity when they are made (elasticface-cfp-split, elasticface-lfw-split)."""
+    trained = set(getattr(train_set, "classes", None) or ())
+    for name, pairs in val_sets.items():
+        images = getattr(pairs, "images", None)
+        if not trained or not images or not all(isinstance(i, str) for i in images):
+            continue
+        both = sorted(trained & {os.path.basename(os.path.dirname(path)) for path in images})
+        if both:
+            raise ValueError(f"{getattr(pairs, 'source', None) or name}: names {len(both)} people the training folder "
+                             f"holds too ({', '.join(both[:3])}{', ...' if len(both) > 3 else ''}): verification must "
+                             "be on people never trained on; split the folder by person (elasticface-lfw-split, "
+                             "elasticface-cfp-split) or remove them from one side")
 
 
 def worker_start_context(num_workers: int) -> Any:
@@ -148,6 +166,8 @@ class FaceDataModule(pl.LightningDataModule):
             self.train_set = dataset
         if not self.val_sets and self.val_factory is not None:
             self.val_sets = dict(self.val_factory())
+        if self.train_set is not None:
+            check_people_disjoint(self.train_set, self.val_sets)
 
     def check_train_set(self, dataset: FaceDataset) -> None:
         size = len(dataset)

@@ -3,11 +3,14 @@ rewrite the parts and the weights file make (before anything is built)."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from omegaconf import DictConfig, OmegaConf
+
+log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:  # the command line's half (with_recipe) answers --help without importing torch
     from torch import Tensor
@@ -45,6 +48,42 @@ class StartWeights:
     architecture: dict[str, Any]  # backbone, embedding_size, read_off_the_file
 
 
+def _flat(node: Any, prefix: str = "") -> dict[str, Any]:
+    if isinstance(node, DictConfig):
+        out: dict[str, Any] = {}
+        for key in node:
+            out.update(_flat(node[key], f"{prefix}{key}."))
+        return out
+    return {prefix.rstrip("."): node}
+
+
+def typed_over_recipe(overrides: Sequence[str], recipe: DictConfig) -> dict[str, tuple[str, Any]]:
+    """The recipe's keys that the command line sets too: key -> (the typed value, the recipe's)."""
+    values = _flat(recipe)
+    typed = {}
+    for arg in overrides:
+        key, _, value = arg.lstrip("+~").partition("=")
+        if key in values:
+            typed[key] = (value, values[key])
+    return typed
+
+
+def say_typed_over_recipe(log: Any) -> None:
+    """One line when keys typed on the command line replace the recipe's values (they win, as any override)."""
+    from hydra.core.hydra_config import HydraConfig
+
+    from elasticface.utils.config import config_dir
+
+    if not HydraConfig.initialized() or HydraConfig.get().runtime.choices.get("finetune") != RECIPE:
+        return
+    typed = typed_over_recipe(HydraConfig.get().overrides.task, OmegaConf.load(config_dir() / "finetune" /
+                                                                                f"{RECIPE}.yaml"))
+    if typed:
+        log.info("finetune=%s: typed %s, in place of the recipe's %s", RECIPE,
+                 ", ".join(f"{k}={v[0]}" for k, v in typed.items()),
+                 ", ".join(f"{k}={v[1]}" for k, v in typed.items()))
+
+
 def resolve(cfg: DictConfig) -> StartWeights | None:
     """Fine-tuning's side of the config, before anything is built: each part checked once (a number >= 0, loaded
     weights for the parts that need them, a head-only phase shorter than an epoch-bounded run), and with
@@ -69,5 +108,6 @@ def resolve(cfg: DictConfig) -> StartWeights | None:
         head_only_steps(float(parts.get("head_only_epochs") or 0), 1, int(cfg.trainer.max_epochs), unit="epochs")
     if not path:
         return None
+    say_typed_over_recipe(log)
     state, architecture = fit_to_weights(cfg, str(path))
     return StartWeights(str(path), state, architecture)
