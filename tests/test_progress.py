@@ -16,25 +16,25 @@ class Clock:
         return self.now
 
 
-def test_a_quick_pass_is_one_line():
+def passed(what: str, batches: int, images: int, seconds: float, result: str = "") -> list[str]:
+    """The lines of a pass over `batches` batches of `images`, each taking `seconds` (on a clock of the test's)."""
     lines: list[str] = []
     clock = Clock()
-    with Progress("baseline pixel: raw pixels on lfw", 1000, say=lines.append, clock=clock) as progress:
-        for _ in range(10):
-            clock.now += 0.3
-            progress.advance(100)
-        progress.done("accuracy 60.00%")
+    with Progress(what, batches * images, say=lines.append, clock=clock) as progress:
+        for _ in range(batches):
+            clock.now += seconds
+            progress.advance(images)
+        progress.done(result)
+    return lines
+
+
+def test_a_quick_pass_is_one_line():
+    lines = passed("baseline pixel: raw pixels on lfw", 10, 100, 0.3, "accuracy 60.00%")
     assert lines == ["baseline pixel: raw pixels on lfw: accuracy 60.00%, 1,000 images in 3.0 s"]
 
 
 def test_a_long_pass_says_each_tenth_then_how_long_it_took():
-    lines: list[str] = []
-    clock = Clock()
-    with Progress("imprinting", 1000, say=lines.append, clock=clock) as progress:
-        for _ in range(20):
-            clock.now += 1.0
-            progress.advance(50)
-        progress.done()
+    lines = passed("imprinting", 20, 50, 1.0)
     tenths = [line for line in lines if "%" in line]
     assert [line.split(": ")[1].split("%")[0] for line in tenths] == ["25", "30", "40", "50", "60", "70", "80", "90",
                                                                       "100"]
@@ -59,3 +59,25 @@ def test_a_batch_slower_than_the_line_interval_is_not_silence():
     said = len(lines)
     time.sleep(0.2)
     assert len(lines) == said, "the timer stops with the pass"
+
+
+def test_a_long_validation_says_how_far_it_is(monkeypatch, caplog):
+    """Embedding a benchmark's pairs takes minutes on a CPU: the log lines say how far it is, apart from the
+    validation's own result line."""
+    from types import SimpleNamespace
+
+    import elasticface.utils.progress as progress
+    from elasticface.callbacks.progress import LogProgress
+
+    monkeypatch.setattr(progress, "QUIET_SECONDS", 0.0)  # a validation of any length speaks
+    trainer = SimpleNamespace(is_global_zero=True, sanity_checking=False, global_step=216, num_val_batches=[6, 4],
+                              callback_metrics={})
+    bar = LogProgress()
+    with caplog.at_level("INFO"):
+        bar.on_validation_start(trainer, None)
+        for _ in range(10):
+            bar.on_validation_batch_end(trainer, None, None, None, 0)
+        bar.on_validation_end(trainer, None)
+    lines = [r.getMessage() for r in caplog.records]
+    assert lines[0] == "verifying at step 216: 10%, 1 of 10 batches, 0 s" and len(lines) == 11
+    assert lines[-1].startswith("validation at step 216")

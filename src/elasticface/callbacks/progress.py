@@ -19,6 +19,7 @@ import pytorch_lightning as pl
 from pytorch_lightning.callbacks import ProgressBar, TQDMProgressBar
 
 from elasticface.utils.lightning_private import should_update_logs
+from elasticface.utils.progress import Progress
 
 log = logging.getLogger(__name__)
 
@@ -33,6 +34,7 @@ class LogProgress(ProgressBar):
         self.every_n_steps = every_n_steps
         self._enabled = True
         self._total: int | None = None
+        self._verifying: Progress | None = None
 
     def disable(self) -> None:
         self._enabled = False
@@ -53,7 +55,22 @@ class LogProgress(ProgressBar):
         epochs = f"/{trainer.max_epochs}" if trainer.max_epochs and trainer.max_epochs > 0 else ""
         log.info(f"epoch {trainer.current_epoch + 1}{epochs}  step {step}{total}  {self._format(trainer, 'train/')}")
 
+    def on_validation_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        """A validation longer than a few seconds says how far it is (every tenth, at least every 30 s): embedding
+        a benchmark's pairs on a CPU takes minutes."""
+        if self._enabled and trainer.is_global_zero and not trainer.sanity_checking:
+            batches = sum(int(n) for n in trainer.num_val_batches if n != float("inf"))
+            self._verifying = Progress(f"verifying at step {trainer.global_step}", batches, unit="batches")
+
+    def on_validation_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, *args: Any,
+                                **kwargs: Any) -> None:
+        if self._verifying is not None:
+            self._verifying.advance(1)
+
     def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if self._verifying is not None:
+            self._verifying.stop()
+            self._verifying = None
         if self._enabled and trainer.is_global_zero and not trainer.sanity_checking:
             log.info(f"validation at step {trainer.global_step}  {self._format(trainer, 'val/')}")
 

@@ -48,18 +48,11 @@ class StartWeights:
     architecture: dict[str, Any]  # backbone, embedding_size, read_off_the_file
 
 
-def _flat(node: Any, prefix: str = "") -> dict[str, Any]:
-    if isinstance(node, DictConfig):
-        out: dict[str, Any] = {}
-        for key in node:
-            out.update(_flat(node[key], f"{prefix}{key}."))
-        return out
-    return {prefix.rstrip("."): node}
-
-
 def typed_over_recipe(overrides: Sequence[str], recipe: DictConfig) -> dict[str, tuple[str, Any]]:
     """The recipe's keys that the command line sets too: key -> (the typed value, the recipe's)."""
-    values = _flat(recipe)
+    from elasticface.utils.config import flatten
+
+    values = {key.replace("/", "."): value for key, value in flatten(OmegaConf.to_container(recipe)).items()}
     typed = {}
     for arg in overrides:
         key, _, value = arg.lstrip("+~").partition("=")
@@ -68,7 +61,7 @@ def typed_over_recipe(overrides: Sequence[str], recipe: DictConfig) -> dict[str,
     return typed
 
 
-def say_typed_over_recipe(log: Any) -> None:
+def say_typed_over_recipe() -> None:
     """One line when keys typed on the command line replace the recipe's values (they win, as any override)."""
     from hydra.core.hydra_config import HydraConfig
 
@@ -108,6 +101,6 @@ def resolve(cfg: DictConfig) -> StartWeights | None:
         head_only_steps(float(parts.get("head_only_epochs") or 0), 1, int(cfg.trainer.max_epochs), unit="epochs")
     if not path:
         return None
-    say_typed_over_recipe(log)
+    say_typed_over_recipe()
     state, architecture = fit_to_weights(cfg, str(path))
     return StartWeights(str(path), state, architecture)

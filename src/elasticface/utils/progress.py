@@ -44,7 +44,7 @@ class Progress:
 
     def _tick(self) -> None:
         """Speak when no line came for line_seconds (after the quiet start)."""
-        while not self._stop.wait(min(self.line_seconds, QUIET_SECONDS)):
+        while not self._stop.wait(max(0.01, min(self.line_seconds, QUIET_SECONDS or self.line_seconds))):
             with self._lock:
                 now = self.clock()
                 if now - self.started >= QUIET_SECONDS and now - self.last_line >= self.line_seconds:
@@ -65,6 +65,10 @@ class Progress:
         return self
 
     def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def stop(self) -> None:
+        """Stop the timer without a closing line (the caller prints its own)."""
         self._stop.set()
 
     def done(self, result: str = "") -> float:
