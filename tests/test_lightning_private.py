@@ -24,7 +24,8 @@ def _instances() -> dict[str, object]:
 
     trainer = pl.Trainer(logger=False, enable_checkpointing=False, enable_progress_bar=False,
                          enable_model_summary=False, accelerator="cpu", devices=1)
-    return {"Trainer": trainer, "_FitLoop": trainer.fit_loop, "LightningModule": pl.LightningModule(),
+    return {"Trainer": trainer, "_FitLoop": trainer.fit_loop, "_LoggerConnector": trainer._logger_connector,
+            "LightningModule": pl.LightningModule(),
             "ModelCheckpoint": ModelCheckpoint(every_n_train_steps=3)}
 
 

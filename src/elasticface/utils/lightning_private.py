@@ -32,6 +32,8 @@ PRIVATE_NAMES: tuple[tuple[str, str, str | None], ...] = (
     ("pytorch_lightning", "instance:Trainer", "_logger_connector"),
     ("pytorch_lightning.trainer.connectors.logger_connector.logger_connector", "_LoggerConnector",
      "should_update_logs"),
+    ("pytorch_lightning.trainer.connectors.logger_connector.logger_connector", "instance:_LoggerConnector",
+     "_callback_metrics"),
     ("pytorch_lightning", "instance:LightningModule", "_trainer"),
     ("pytorch_lightning.loops.fit_loop", "instance:_FitLoop", "_combined_loader_states_to_load"),
     ("pytorch_lightning.loops.fit_loop", "instance:_FitLoop", "_combined_loader"),
@@ -56,6 +58,18 @@ def is_local_path(path: str) -> bool:
 def should_update_logs(trainer: pl.Trainer) -> bool:
     """Whether the loggers write at this step (every `log_every_n_steps`): costly statistics wait for it."""
     return trainer._logger_connector.should_update_logs
+
+
+def log_step_metrics(trainer: "pl.Trainer", metrics: Mapping[str, float]) -> None:
+    """Write `metrics` to the loggers at this training step, with its epoch, as Lightning writes the step's
+    `self.log` values, and into `trainer.callback_metrics` (the progress display and monitors read them), without
+    `LightningModule.log`'s bookkeeping per value: about 0.2 ms a value on a CPU (its `_ResultMetric.to` walks the
+    metric's module attributes), ten values every logging step."""
+    import torch
+
+    connector = trainer._logger_connector
+    connector.log_metrics(dict(metrics))
+    connector._callback_metrics.update({key: torch.tensor(value) for key, value in metrics.items()})
 
 
 def attached_trainer(module: pl.LightningModule) -> pl.Trainer | None:
