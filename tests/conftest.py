@@ -85,7 +85,8 @@ def _same_start_for_every_test():
 @pytest.fixture(scope="session")
 def user_files(tmp_path_factory) -> tuple[Path, Path]:
     """The files a user brings, in their real layouts: an image folder `faces/` (one folder per identity),
-    `pairs.txt` ('path1 path2 0|1'), and under `data/`: the folder again (`my_faces`, with `pairs.txt`),
+    `pairs.txt` ('path1 path2 0|1'), and under `data/`: the folder again (`my_faces`, with `pairs.txt` of the
+    same faces under other people's names in `held_out/`),
     an insightface RecordIO set with the paper's five `.bin` benchmarks (`faces_emore`). Returns (the folder
     holding them, where `user_checkpoint` puts a trained `last.ckpt`)."""
 
@@ -108,7 +109,10 @@ def user_files(tmp_path_factory) -> tuple[Path, Path]:
     (base / "pairs.txt").write_text("".join(f"{a} {b} {s}\n" for a, b, s in pairs))
     data = base / "data"
     shutil.copytree(faces, data / "my_faces")
-    (data / "pairs.txt").write_text("".join(f"my_faces/{a} my_faces/{b} {s}\n" for a, b, s in pairs))
+    # its pairs are of other people (verification is on people never trained on): the same faces under other names
+    for person in sorted(p.name for p in faces.iterdir()):
+        shutil.copytree(faces / person, data / "held_out" / f"held_{person}")
+    (data / "pairs.txt").write_text("".join(f"held_out/held_{a} held_out/held_{b} {s}\n" for a, b, s in pairs))
     write_recordio(str(faces), str(data / "faces_emore"))
     for name in ("lfw", "cfp_fp", "agedb_30", "calfw", "cplfw"):  # the paper's five benchmarks
         pairs_to_bin(str(base / "pairs.txt"), str(faces), str(data / "faces_emore" / f"{name}.bin"))

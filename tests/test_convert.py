@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import os
+import shutil
 
 import pytest
 import torch
@@ -128,9 +129,14 @@ def test_data_configs_instantiate(which, folder, tmp_path):
     cfg.data.root = str(tmp_path / "rec") if which == "recordio" else str(root)
     cfg.data.num_workers = 0
     cfg.data.batch_size = 4
-    if which == "folder":
-        cfg.data.val_sets.pairs_file = str(pairs_to_bin_list)
-        cfg.data.val_sets.image_root = str(root)
+    if which == "folder":  # verified on people the training folder does not hold: copies under other names
+        held_out = tmp_path / "held_out"
+        for person in ("id_a", "id_c"):
+            shutil.copytree(root / person, held_out / f"held_{person}")
+        held_pairs = tmp_path / "held_pairs.txt"
+        held_pairs.write_text(pairs_to_bin_list.read_text().replace("id_", "held_id_"))
+        cfg.data.val_sets.pairs_file = str(held_pairs)
+        cfg.data.val_sets.image_root = str(held_out)
     dm = instantiate(cfg.data)
     dm.setup("fit")
     assert dm.num_classes == 3
