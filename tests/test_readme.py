@@ -63,6 +63,8 @@ FETCHED_DATA = ("lfw/", "lfw_aligned/", "cfp-dataset/", "LFW_PHOTOS", "data.val_
                 # the LFW and CFP splits made from those photos, and the benchmarks' sweep folders trained on them
                 "lfw_split", "logs/lfw_fold10/", "logs/lfw_folds6_10/", "cfp_aligned/", "cfp_split",
                 "logs/cfp_finetune/",
+                # CFP's people at low resolution (elasticface-convert lowres of the aligned photos, docs/finetune.md)
+                "cfp_lowres",
                 # the MegaFace stand-in built from LFW's aligned faces (docs/evaluation.md)
                 "lfw_megaface")
 #: insightface's y1 as its zip unpacks: the test puts there the small y1 that MXNet itself wrote (tests/data/mxnet)
