@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 import torch
 from torch.utils.data import Dataset
 
@@ -78,3 +79,25 @@ def test_eigenfaces_are_the_protocol_on_an_independent_pca():
     # unreadable records (DroppedRecord items) are skipped by the fit, not decoded
     fitted = fit_eigenfaces([*train, DroppedRecord("root", "bad.jpg", "corrupt")], components=k)
     assert fitted.components.shape == (16, k)
+
+
+def _rank_zero_scores_alone(rank: int, init_file: str, out: str) -> None:
+    """Rank 0 scores a baseline while rank 1 has gone on to the next collective, as under `trainer=ddp_cpu`."""
+    import datetime
+    import torch.distributed as dist
+    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=2,
+                            timeout=datetime.timedelta(seconds=60))
+    if rank == 0:
+        torch.save(pixel_baseline(Pairs(), batch_size=7), out)
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+@pytest.mark.slow
+def test_a_baseline_scored_on_rank_zero_alone_waits_for_no_other_rank(tmp_path):
+    """Every pair is embedded by the one process, so the metric must not gather: a gather that rank 1 never joins
+    hung DDP runs before their first step (CI, trainer=ddp_cpu debug=tiny)."""
+    import torch.multiprocessing as mp
+    out = tmp_path / "acc.pt"
+    mp.spawn(_rank_zero_scores_alone, args=(str(tmp_path / "init"), str(out)), nprocs=2, join=True)
+    assert torch.load(out) == pixel_baseline(Pairs(), batch_size=7)
