@@ -17,10 +17,11 @@ from typing import Any
 
 import pytorch_lightning as pl
 
+from elasticface.utils.lightning_private import log_step_metrics, should_update_logs
+
 
 class Throughput(pl.Callback):
-    def __init__(self, log_every_n_steps: int = 10) -> None:
-        self.log_every_n_steps = log_every_n_steps
+    def __init__(self) -> None:
         self.images = 0
         self.seconds = 0.0
         self._window_images = 0
@@ -66,8 +67,8 @@ class Throughput(pl.Callback):
         self._window_seconds += elapsed
         self._epoch_images += count
         self._epoch_seconds += elapsed
-        if trainer.global_step % self.log_every_n_steps == 0 and self._window_seconds > 0:
-            pl_module.log("train/images_per_second", self._window_images / self._window_seconds, on_step=True)
+        if should_update_logs(trainer) and self._window_seconds > 0:  # as the step statistics, without self.log
+            log_step_metrics(trainer, {"train/images_per_second": self._window_images / self._window_seconds})
             self._window_images, self._window_seconds = 0, 0.0
 
     @property
