@@ -54,3 +54,23 @@ def test_a_node_without_target_is_named(tiny_cfg, group, instantiate):
     cfg = tiny_cfg(f"+{group}.oops.refresh_rate=1")
     with pytest.raises(ValueError, match=rf"{group}.oops=.*_target_"):
         instantiate(cfg[group])
+
+
+def test_hooks_are_not_wrapped_in_a_profiler_unless_one_is_configured(tiny_cfg):
+    """With `trainer.profiler: null` the Trainer gets NoProfiler, whose `profile` hands back one empty context for
+    every hook; a configured profiler is Lightning's own and still records the hooks."""
+    from pytorch_lightning.profilers import SimpleProfiler
+
+    from elasticface.training import build_trainer
+    from elasticface.utils.no_profiler import NoProfiler
+
+    trainer, _ = build_trainer(tiny_cfg())
+    assert type(trainer.profiler) is NoProfiler
+    assert trainer.profiler.profile("a") is trainer.profiler.profile("b")
+    with trainer.profiler.profile("[Callback]Throughput.on_train_batch_end"):
+        pass
+    profiled, _ = build_trainer(tiny_cfg("trainer.profiler=simple"))
+    assert type(profiled.profiler) is SimpleProfiler
+    with profiled.profiler.profile("on_train_batch_end"):
+        pass
+    assert "on_train_batch_end" in profiled.profiler.recorded_durations

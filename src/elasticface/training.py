@@ -45,6 +45,7 @@ from elasticface.utils.console import print_config_mode, print_config_tree, quie
 from elasticface.utils.instantiators import instantiate_callbacks, instantiate_loggers
 from elasticface.utils.precision import FP16_MIXED, cpu_fp16_plugin
 from elasticface.utils.requirements import check_cuda_request
+from elasticface.utils.no_profiler import NoProfiler
 from elasticface.utils.speed import check_cpu_precision, check_world_size
 from elasticface.utils.threads import apply_threads, choose_threads
 
@@ -161,6 +162,9 @@ def build_trainer(cfg: DictConfig, overview: bool = False, starting: list[pl.Cal
     trainer_cfg = OmegaConf.to_container(cfg.trainer, resolve=True)
     trainer_cfg.pop("threads", None)  # this project's key (utils/threads.py), not the Trainer's
     trainer_cfg["enable_model_summary"] = False  # required_callbacks adds ours in place of Lightning's
+    if trainer_cfg.get("profiler") is None:
+        trainer_cfg.pop("profiler", None)
+        extra["profiler"] = NoProfiler()
     trainer = instantiate(trainer_cfg, callbacks=callbacks, logger=loggers or False, plugins=plugins, **extra)
     check_cpu_precision(trainer.precision, isinstance(trainer.accelerator, CPUAccelerator))
     return trainer, next(c for c in callbacks if isinstance(c, Throughput))
