@@ -43,9 +43,9 @@ from elasticface.scale import CLASS_COUNT, check_scale, class_count_scale
 from elasticface.utils.config import flatten, group_choices, validate_top_level
 from elasticface.utils.console import print_config_mode, print_config_tree, quiet_library_noise
 from elasticface.utils.instantiators import instantiate_callbacks, instantiate_loggers
+from elasticface.utils.no_profiler import NoProfiler
 from elasticface.utils.precision import FP16_MIXED, cpu_fp16_plugin
 from elasticface.utils.requirements import check_cuda_request
-from elasticface.utils.no_profiler import NoProfiler
 from elasticface.utils.speed import check_cpu_precision, check_world_size
 from elasticface.utils.threads import apply_threads, choose_threads
 
