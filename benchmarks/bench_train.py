@@ -33,6 +33,9 @@ from pathlib import Path
 import torch
 from torch import nn
 
+# this checkout's package before an installed one: comparing two trees runs each tree's own code
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+
 CLOCK = [time.perf_counter]  # --clock: wall time, or this process's CPU time (time.process_time)
 
 #: dense bf16 peak (FLOP/s) by device name, for the model FLOP utilisation; the first key contained in the

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import pytest
-from pytorch_lightning.callbacks import LearningRateMonitor, ModelCheckpoint, ProgressBar
+from pytorch_lightning.callbacks import LearningRateMonitor, ProgressBar
 
 from elasticface.callbacks.divergence import DivergenceGuard
 from elasticface.callbacks.throughput import Throughput
+from elasticface.checkpointing.best_checkpoint import BestCheckpoint
 from elasticface.checkpointing.images_seen import ImagesSeen
 from elasticface.checkpointing.loader_resume import ResumeLoaderState
 from elasticface.checkpointing.run_checkpoint import RunCheckpoint
@@ -17,7 +18,7 @@ REQUIRED = (DivergenceGuard, ResumeLoaderState, ImagesSeen, Throughput, Progress
 
 
 def kinds(callbacks):
-    return {kind for kind in (*REQUIRED, RunCheckpoint, ModelCheckpoint, LearningRateMonitor)
+    return {kind for kind in (*REQUIRED, RunCheckpoint, BestCheckpoint, LearningRateMonitor)
             if any(type(c) is kind or (kind is ProgressBar and isinstance(c, kind)) for c in callbacks)}
 
 

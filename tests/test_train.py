@@ -9,7 +9,7 @@ import torch
 import yaml
 
 from conftest import ROOT, TINY
-from elasticface.training import run
+from elasticface.training import build_module, run
 
 # debug=tiny's 8 classes at the default scale=class_count: AdaCos's sqrt(2)·ln(C - 1), written out
 S_8_CLASSES = 2.751932523953475
@@ -116,3 +116,14 @@ def test_margin_statistics_are_written_on_every_logging_step(tiny_cfg, tmp_path)
     margin_steps = [r["step"] for r in rows if r.get("train/margin_mean")]
     assert len(loss_steps) >= 2 and margin_steps == loss_steps
     assert all(float(r["train/margin_std"]) > 0 for r in rows if r.get("train/margin_std"))
+
+
+def test_lightnings_hook_name_is_a_plain_attribute_and_submodules_still_register(tiny_cfg):
+    """Lightning sets `_current_fx_name` at every hook: it skips nn.Module's checks, every other name keeps them."""
+    model = build_module(tiny_cfg(), num_classes=8)
+    model._current_fx_name = "training_step"
+    assert model._current_fx_name == model.__dict__["_current_fx_name"] == "training_step"
+    model.extra = torch.nn.Linear(2, 2)
+    assert "extra" in model._modules and "extra" not in model.__dict__
+    model.scale = torch.nn.Parameter(torch.ones(1))
+    assert "scale" in model._parameters

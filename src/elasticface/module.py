@@ -122,6 +122,13 @@ class FaceRecognitionModule(pl.LightningModule):
         """The class centres (inside the classifier)."""
         return self.classifier.centers
 
+    def __setattr__(self, name: str, value: Any) -> None:
+        """Lightning sets `_current_fx_name` ~47 times a step: a plain attribute, spared nn.Module's checks."""
+        if name == "_current_fx_name":
+            object.__setattr__(self, name, value)
+        else:
+            super().__setattr__(name, value)
+
     # -- model ---------------------------------------------------------------------------------------
     def use_channels_last(self) -> None:
         """NHWC weights and inputs for the backbone's convolutions."""

@@ -8,6 +8,7 @@ import pytorch_lightning as pl
 from pytorch_lightning.callbacks import ModelCheckpoint
 
 from elasticface.checkpointing.atomic_save import remove_stale_temporaries
+from elasticface.checkpointing.state_key_once import StateKeyOnce
 from elasticface.utils.lightning_private import checkpoint_state_key, every_n_train_steps, save_checkpoint_now
 
 
@@ -16,7 +17,7 @@ from elasticface.utils.lightning_private import checkpoint_state_key, every_n_tr
 # This one monitors the step (the newest `keep` files are the "top k"), saves every `every_n_steps`
 # optimizer steps and at the end of every run. The best-by-val/acc_mean file is kept by a plain
 # ModelCheckpoint (configs/callbacks/default.yaml).
-class RunCheckpoint(ModelCheckpoint):
+class RunCheckpoint(StateKeyOnce, ModelCheckpoint):
     def __init__(self, dirpath: str, every_n_steps: int = 1000, keep: int = 3,
                  filename: str = "step{step:07d}", **kwargs: Any) -> None:
         if every_n_steps < 1:
@@ -27,8 +28,7 @@ class RunCheckpoint(ModelCheckpoint):
                          save_last=True, every_n_train_steps=every_n_steps, auto_insert_metric_name=False,
                          save_on_train_epoch_end=False, **kwargs)
 
-    @property
-    def state_key(self) -> str:
+    def fresh_state_key(self) -> str:
         return checkpoint_state_key(self, kind="run", every_n_train_steps=every_n_train_steps(self))
 
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
