@@ -15,8 +15,8 @@ from elasticface.utils.lightning_private import checkpoint_state_key, every_n_tr
 # Why not ModelCheckpoint(monitor="val/acc_mean", save_last=True) (Lightning 2.6): it writes last.ckpt only
 # when a new best is saved, so last.ckpt can be epochs old and nothing is written between validations.
 # This one monitors the step (the newest `keep` files are the "top k"), saves every `every_n_steps`
-# optimizer steps and at the end of every run. The best-by-val/acc_mean file is kept by a plain
-# ModelCheckpoint (configs/callbacks/default.yaml).
+# optimizer steps and at the end of every run. The best-by-val/acc_mean file is kept by BestCheckpoint
+# (checkpointing/best_checkpoint.py, configs/callbacks/default.yaml).
 class RunCheckpoint(StateKeyOnce, ModelCheckpoint):
     def __init__(self, dirpath: str, every_n_steps: int = 1000, keep: int = 3,
                  filename: str = "step{step:07d}", **kwargs: Any) -> None:
