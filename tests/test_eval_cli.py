@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import json
 import logging
+import re
 import subprocess
 import sys
 
@@ -65,6 +66,12 @@ def test_eval_cli_end_to_end(eval_data, tmp_path):
     assert [r["benchmark"] for r in rows] == names
     assert (out / "roc.png").exists() and (out / "scores_lfw.png").exists()
     assert "lfw" in proc.stdout and "IJBC" in proc.stdout
+    # each embedding pass says what it embeds and how long it took (a line every tenth or 30 s when it is long)
+    said = proc.stdout + proc.stderr
+    assert re.search(r"lfw: embedding the faces of 20 pairs: 40 images in \d+\.\d s", said), said[-3000:]
+    assert re.search(r"cfp_fp: embedding the faces of 23 pairs: 46 images in \d+\.\d s", said), said[-3000:]
+    assert re.search(r"IJB IJBC: embedding the images of [\d,]+ templates: [\d,]+ images in \d+\.\d s", said)
+    assert re.search(r"lfw: acc \d\.\d{4} \+- \d\.\d{4}", said)  # the result line scripts read, as before
 
 
 def test_eval_onnx_matches_torchscript_in_process(eval_data, tmp_path):

@@ -109,13 +109,13 @@ def test_embedding_size_on_the_command_line_that_differs_from_the_file_is_refuse
 def test_recipe_applies_with_weights_only_and_each_part_switches_off(tiny_cfg, tmp_path):
     """weights= selects finetune=recipe: the settings docs/finetune.md measured, each one overridable, and
     finetune=none keeps the from-scratch ones."""
-    keys = ("imprint_centers", "head_only_epochs", "l2sp_alpha", "backbone_lr_scale", "freeze_backbone_bn")
+    keys = ("imprint_centers", "head_only_epochs", "l2sp_alpha", "backbone_lr_scale", "freeze_backbone_bn", "wise_alpha")
     scratch = tiny_cfg()
-    assert [scratch.finetune[k] for k in keys] == [False, 0, 0.0, 1.0, False]
+    assert [scratch.finetune[k] for k in keys] == [False, 0, 0.0, 1.0, False, 1.0]
     weights = f"weights={_tiny_file(tmp_path)}"
     recipe = tiny_cfg(weights)
     # the recipe measured on CFP (docs/finetune.md): imprinted centres, s = 64, lr 0.01, batch 64, 4 epochs
-    assert [recipe.finetune[k] for k in keys] == [True, 0, 0.0, 1.0, False]
+    assert [recipe.finetune[k] for k in keys] == [True, 0, 0.0, 1.0, False, 1.0]
     assert (recipe.scale, recipe.s, recipe.optimizer.lr) == ("head", 64.0, 0.01)
     assert (scratch.scale, scratch.optimizer.lr) == ("class_count", 0.1)
     typed_alone = compose_train([weights, "data=folder_bin", "data.root=faces"])  # no debug mode to shorten it
@@ -220,6 +220,62 @@ def test_l2sp_without_weights_is_refused_before_data(tiny_cfg):
     with pytest.raises(ValueError, match=r"^finetune.l2sp_alpha=0.01 pulls the backbone toward the weights .* no "
                                          r"weights= names the file"):
         resolve(tiny_cfg("finetune.l2sp_alpha=0.01"))
+
+
+# -- WiSE-FT ---------------------------------------------------------------------------------------------------------
+
+
+def _final_backbone(summary: dict) -> dict[str, torch.Tensor]:
+    state = torch.load(summary["last_checkpoint"], map_location="cpu", weights_only=False)["state_dict"]
+    return {k.removeprefix("backbone."): v for k, v in state.items() if k.startswith("backbone.")}
+
+
+def test_wise_mixes_the_loaded_weights_back_after_the_last_step_before_the_final_verification(tmp_path, caplog):
+    """The same seeded fine-tune with wise_alpha 1 (as trained: w) and 0.25: the second ends at 0.75 w0 + 0.25 w
+    (the paper's rule, in float64 here), says so once, before the run's last validation, and a resume from its last
+    checkpoint (no step left) does not mix again."""
+    from elasticface.backbones.from_weights import backbone_from_weights
+    from elasticface.training import run
+
+    weights = _tiny_file(tmp_path)
+    quick = ["debug=tiny", f"weights={weights}", *QUICK, "trainer.max_epochs=2", "trainer.limit_train_batches=2"]
+    trained = _final_backbone(run(compose_train(quick, tmp_path / "as_trained")))
+    with caplog.at_level("INFO"):
+        mixed_run = run(compose_train([*quick, "finetune.wise_alpha=0.25"], tmp_path / "mixed"))
+    mixed = _final_backbone(mixed_run)
+    loaded = backbone_from_weights(weights, "iresnet_tiny", 32)[0].state_dict()
+    floating = [k for k, v in loaded.items() if v.is_floating_point()]
+    assert any("running_var" in k for k in floating), "BatchNorm's statistics are mixed too"
+    for key in floating:
+        expected = 0.75 * loaded[key].double() + 0.25 * trained[key].double()
+        torch.testing.assert_close(mixed[key].double(), expected, rtol=1e-5, atol=1e-6, msg=key)
+    for key in set(loaded) - set(floating):  # the step counters stay the fine-tune's
+        assert torch.equal(mixed[key], trained[key]), key
+    said = [r.getMessage() for r in caplog.records]
+    wise = [i for i, line in enumerate(said) if line.startswith("finetune.wise_alpha=0.25: after step 4 ")]
+    final_validation = [i for i, line in enumerate(said) if line.startswith("validation at step 4 ")]
+    assert len(wise) == 1 and final_validation and wise[0] < final_validation[-1], said
+    again = run(compose_train([*quick, "finetune.wise_alpha=0.25", f"ckpt_path={mixed_run['last_checkpoint']}"],
+                              tmp_path / "resumed"))
+    for key, value in _final_backbone(again).items():
+        assert torch.equal(value, mixed[key]), f"{key}: mixed twice"
+
+
+@pytest.mark.parametrize("alpha", ["1.5", "-0.1", "true"])
+def test_wise_alpha_outside_0_1_is_refused_before_data(tiny_cfg, tmp_path, alpha):
+    from elasticface.finetune.config import resolve
+
+    with pytest.raises(ValueError, match=r"^finetune.wise_alpha=.*: expected a number in \[0, 1\]"):
+        resolve(tiny_cfg(f"weights={_tiny_file(tmp_path)}", f"finetune.wise_alpha={alpha}"))
+
+
+def test_wise_without_weights_is_refused_before_data(tiny_cfg):
+    from elasticface.finetune.config import resolve
+
+    with pytest.raises(ValueError, match=r"^finetune.wise_alpha=0.9 mixes the weights it was loaded from .* no "
+                                         r"weights= names the file"):
+        resolve(tiny_cfg("finetune.wise_alpha=0.9"))
+    assert resolve(tiny_cfg("finetune.wise_alpha=1")) is None  # off: nothing to refuse
 
 
 # -- the head-only phase ----------------------------------------------------------------------------------------

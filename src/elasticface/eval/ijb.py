@@ -21,7 +21,6 @@ The alignment is `elasticface.align.template.norm_crop`, insightface's rule, sha
 
 from __future__ import annotations
 
-import logging
 import os
 from dataclasses import dataclass, field
 from typing import Any, Sequence
@@ -33,8 +32,8 @@ from torch.utils.data import Dataset
 
 from elasticface.align.template import align_face
 from elasticface.metrics.roc import roc_curve, tar_at_fars
+from elasticface.utils.progress import Progress
 
-log = logging.getLogger(__name__)
 
 DEFAULT_FARS = (1e-6, 1e-5, 1e-4, 1e-3, 1e-2, 1e-1)
 
@@ -210,10 +209,10 @@ def evaluate_ijb(
 
     meta = load_ijb_meta(root, target, pairs=verification)
     dataset = IJBImages(meta.image_dir, meta.names, meta.landmarks, image_size)
-    log.info(
-        "IJB %s: embedding %d images of %d templates", meta.target, len(dataset), np.unique(meta.templates).shape[0]
-    )
-    emb, idx = embed_dataset(model, dataset, batch_size, flip, device, num_workers)
+    templates = np.unique(meta.templates).shape[0]
+    with Progress(f"IJB {meta.target}: embedding the images of {templates:,} templates", len(dataset)) as progress:
+        emb, idx = embed_dataset(model, dataset, batch_size, flip, device, num_workers, progress.advance)
+        progress.done()
     feats = emb[torch.argsort(idx)].double()
     if normalize_images:
         feats = torch.nn.functional.normalize(feats, dim=1)

@@ -12,6 +12,8 @@ from typing import Any
 import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
+from elasticface.utils.progress import Progress
+
 log = logging.getLogger(__name__)
 
 
@@ -155,14 +157,13 @@ def evaluate(cfg: DictConfig, output_dir: str | None = None) -> list[dict[str, A
     rows: list[dict[str, Any]] = []
     curves: dict[str, dict[str, np.ndarray]] = {}
     for name, pairs in sets.items():
-        start = time.perf_counter()
-        result, roc = evaluate_pair_set(
-            model, pairs, num_folds=int(cfg.num_folds), far_target=float(cfg.far_target), **kw
-        )
-        seconds = round(time.perf_counter() - start, 2)
+        with Progress(f"{name}: embedding the faces of {pairs.num_pairs:,} pairs", len(pairs)) as progress:
+            result, roc = evaluate_pair_set(model, pairs, num_folds=int(cfg.num_folds),
+                                            far_target=float(cfg.far_target), progress=progress.advance, **kw)
+            seconds = round(progress.done(), 2)
+        log.info("%s: acc %.4f +- %.4f", name, result["acc"], result["acc_std"])
         rows.append({"benchmark": name, "pairs": int(pairs.num_pairs), **result, "seconds": seconds})
         curves[name] = roc
-        log.info("%s: acc %.4f +- %.4f", name, result["acc"], result["acc_std"])
     blocks: dict[str, Any] = {}
     if ijb_cfg.get("root"):
         _evaluate_ijb(model, ijb_cfg, image_size, kw, output_dir, rows, curves, blocks)

@@ -33,10 +33,11 @@ def with_recipe(overrides: Sequence[str]) -> list[str]:
 
 
 #: the parts of a fine-tune (configs/train.yaml's `finetune:`, finetune/phases.py), each a number >= 0 or a switch
-PARTS = ("imprint_centers", "head_only_epochs", "l2sp_alpha", "backbone_lr_scale", "freeze_backbone_bn")
-#: the parts that act on the loaded weights, so a run without weights= cannot have them
-NEED_WEIGHTS = {"freeze_backbone_bn": "keeps the backbone's loaded BatchNorm statistics",
-                "l2sp_alpha": "pulls the backbone toward the weights it was loaded from"}
+PARTS = ("imprint_centers", "head_only_epochs", "l2sp_alpha", "backbone_lr_scale", "freeze_backbone_bn", "wise_alpha")
+#: the parts that act on the loaded weights, so a run without weights= cannot have them, and each one's value when off
+NEED_WEIGHTS = {"freeze_backbone_bn": ("keeps the backbone's loaded BatchNorm statistics", False),
+                "l2sp_alpha": ("pulls the backbone toward the weights it was loaded from", 0),
+                "wise_alpha": ("mixes the weights it was loaded from back into the backbone", 1)}
 
 
 @dataclass
@@ -91,9 +92,13 @@ def resolve(cfg: DictConfig) -> StartWeights | None:
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
             raise ValueError(f"finetune.{key}={value!r}: expected a number >= 0"
                              + (" (0 keeps the backbone's weights fixed)" if key == "backbone_lr_scale" else ""))
+    alpha = parts.get("wise_alpha", 1.0)
+    if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not 0 <= alpha <= 1:
+        raise ValueError(f"finetune.wise_alpha={alpha!r}: expected a number in [0, 1], the fine-tuned weights' share "
+                         "of the final backbone (1: as trained, 0: the loaded weights)")
     path = cfg.get("weights")
-    for key, what in NEED_WEIGHTS.items():
-        if parts.get(key) and not path:
+    for key, (what, off) in NEED_WEIGHTS.items():
+        if parts.get(key, off) != off and not path:
             value = str(parts.get(key)).lower() if isinstance(parts.get(key), bool) else parts.get(key)
             raise ValueError(f"finetune.{key}={value} {what}, but no weights= names the file to load (a "
                              "fine-tune: weights=<backbone .pth or model-0000.params>)")

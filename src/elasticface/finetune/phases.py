@@ -7,7 +7,9 @@ BaseFinetuning (which freezes and unfreezes modules and adds their optimizer gro
   gradients, while the class centres and head train (finetune/head_only.py); then everything trains;
 - `freeze_backbone_bn`: the backbone's BatchNorm layers stay in eval mode, keeping the loaded running statistics;
 - `backbone_lr_scale`: the backbone's parameters form their own optimizer group at optimizer.lr x the scale;
-- `l2sp_alpha`: L2-SP pulls the backbone toward the loaded weights (finetune/l2sp.py), in place of its weight decay.
+- `l2sp_alpha`: L2-SP pulls the backbone toward the loaded weights (finetune/l2sp.py), in place of its weight decay;
+- `wise_alpha`: after the last step the loaded weights are mixed back in, WiSE-FT (finetune/wise.py), so the final
+  verification, the checkpoints and exports hold the mix.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from torch import nn
 from elasticface.finetune.head_only import head_only_steps
 from elasticface.finetune.imprint import imprint_centers
 from elasticface.finetune.l2sp import StartPoint
+from elasticface.finetune.wise import LoadedWeights
 from elasticface.utils.lightning_private import should_update_logs
 from elasticface.utils.progress import Progress
 from elasticface.utils.speed import eagerly
@@ -30,25 +33,27 @@ log = logging.getLogger(__name__)
 
 class FineTuning(pl.Callback):
     def __init__(self, imprint_centers: bool = False, head_only_epochs: float = 0.0, backbone_lr_scale: float = 1.0,
-                 freeze_backbone_bn: bool = False, l2sp_alpha: float = 0.0) -> None:
+                 freeze_backbone_bn: bool = False, l2sp_alpha: float = 0.0, wise_alpha: float = 1.0) -> None:
         self.imprint = bool(imprint_centers)
         self.head_only_epochs = float(head_only_epochs)
         self.backbone_lr_scale = float(backbone_lr_scale)
         self.freeze_bn = bool(freeze_backbone_bn)
         self.alpha = float(l2sp_alpha)
+        self.wise_alpha = float(wise_alpha)
         self.head_only_steps = 0
         self.holding = False  # the backbone is held as loaded (the head-only phase)
         self.start_point: StartPoint | None = None
+        self.loaded: LoadedWeights | None = None  # kept for the WiSE-FT mix until the last step has run
 
     @property
     def changes_training(self) -> bool:
         """Whether any part is on (a run without one needs no such callback)."""
         return self.imprint or self.head_only_epochs > 0 or self.backbone_lr_scale != 1.0 or self.freeze_bn \
-            or self.alpha > 0
+            or self.alpha > 0 or self.wise_alpha != 1.0
 
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         """Before the optimizer is built, and before a checkpoint is restored: the backbone's optimizer group, and
-        the loaded weights L2-SP pulls toward."""
+        the loaded weights L2-SP pulls toward and WiSE-FT mixes back in."""
         if stage != "fit":
             return
         options: dict[str, float] = {}
@@ -57,6 +62,8 @@ class FineTuning(pl.Callback):
         if self.alpha > 0:
             options["weight_decay"] = 0.0  # the pull toward w0 replaces the pull toward zero
             self.start_point = StartPoint(pl_module.backbone)
+        if self.wise_alpha != 1.0:
+            self.loaded = LoadedWeights(pl_module.backbone)
         if options:
             pl_module.param_group_options["backbone"] = options
 
@@ -82,6 +89,18 @@ class FineTuning(pl.Callback):
         holding = trainer.global_step < self.head_only_steps
         if holding != self.holding:
             self._hold(pl_module.backbone, holding)
+
+    def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any,
+                           batch_idx: int) -> None:
+        """After the last optimizer step, before the validation that ends the run: the WiSE-FT mix, once. A run that
+        stops earlier (a time limit, a preemption, divergence) keeps the weights it trained."""
+        if self.loaded is None or trainer.global_step < trainer.estimated_stepping_batches:
+            return
+        self.loaded.mix_into(pl_module.backbone, self.wise_alpha)
+        self.loaded = None
+        log.info("finetune.wise_alpha=%g: after step %d the backbone is %g x the fine-tuned weights + %g x the "
+                 "loaded ones (WiSE-FT); verification, checkpoints and exports hold the mix", self.wise_alpha,
+                 trainer.global_step, self.wise_alpha, 1 - self.wise_alpha)
 
     def on_after_backward(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if self.start_point is None or self.holding:

@@ -13,13 +13,15 @@ from typing import Any
 
 from elasticface.report.seeds import _difference, _pct, mean_std, paired
 
+#: parts newer than some recorded runs: a summary without one ran with it off
+LATER = {"wise_alpha": 1}
 PLAIN = {"imprint_centers": False, "head_only_epochs": 0, "l2sp_alpha": 0, "backbone_lr_scale": 1,
-         "freeze_backbone_bn": False}
+         "freeze_backbone_bn": False, **LATER}
 
 
 def is_plain(finetune: dict[str, Any] | None) -> bool:
     """Whether a run's recipe (summary.json's `finetune`) has every part off."""
-    return finetune is not None and all(finetune.get(k) == v for k, v in PLAIN.items())
+    return finetune is not None and all(finetune.get(k, LATER.get(k)) == v for k, v in PLAIN.items())
 
 
 def _by_seed(row: Any, bench: str) -> dict[Any, float]:
