@@ -109,7 +109,8 @@ def test_embedding_size_on_the_command_line_that_differs_from_the_file_is_refuse
 def test_recipe_applies_with_weights_only_and_each_part_switches_off(tiny_cfg, tmp_path):
     """weights= selects finetune=recipe: the settings docs/finetune.md measured, each one overridable, and
     finetune=none keeps the from-scratch ones."""
-    keys = ("imprint_centers", "head_only_epochs", "l2sp_alpha", "backbone_lr_scale", "freeze_backbone_bn", "wise_alpha")
+    keys = ("imprint_centers", "head_only_epochs", "l2sp_alpha", "backbone_lr_scale", "freeze_backbone_bn",
+            "wise_alpha")
     scratch = tiny_cfg()
     assert [scratch.finetune[k] for k in keys] == [False, 0, 0.0, 1.0, False, 1.0]
     weights = f"weights={_tiny_file(tmp_path)}"

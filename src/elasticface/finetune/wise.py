@@ -1,7 +1,7 @@
 """WiSE-FT (Wortsman et al., "Robust fine-tuning of zero-shot models", CVPR 2022): after the last step the backbone
 becomes (1 - alpha) * w0 + alpha * w, a point on the line between the loaded weights w0 and the fine-tuned w. Near
-alpha = 1 the fine-tune keeps most of what it learned and gives back much of what it forgot: at low resolution,
-alpha 0.9 cost the blurred pairs 0.2 points and returned 0.3 of sharp LFW's 0.6 (docs/finetune.md).
+alpha = 1 the fine-tune keeps most of what it learned and gives back some of what it forgot: at low resolution,
+alpha 0.9 cost the blurred pairs 0.39 points and gave sharp LFW back 0.21 of the 0.62 it lost (docs/finetune.md).
 
 Every floating-point tensor of the backbone's state is mixed, BatchNorm's running statistics too, as in the paper;
 the step counters stay the fine-tune's. The loaded weights wait on the CPU (not in checkpoints: a resumed run takes
