@@ -13,8 +13,6 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-KEY = "finetune.wise_alpha"
-
 
 class LoadedWeights:
     """The backbone's floating-point state as it was loaded, and the mix toward it."""
