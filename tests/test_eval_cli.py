@@ -167,6 +167,40 @@ def test_eval_of_a_checkpoint_trained_at_56_pixels_resizes_to_56(eval_data, tmp_
         evaluate(compose_eval(base + ["data.image_size=112"]), output_dir=str(tmp_path / "b"))
 
 
+def test_eval_runs_mobilefacenet_nhwc_on_a_cpu_as_training_does(eval_data, tmp_path, caplog):
+    """channels_last=auto takes training's layout rule (utils/speed.py): a MobileFaceNet state_dict embeds NHWC on a
+    CPU (y1: 1.6-1.7x NCHW's faces/s), the same embeddings to float rounding; false keeps NCHW, also for a checkpoint
+    trained NHWC; a bad value names the key."""
+    import timm
+
+    from elasticface.eval.embed import load_model_file
+    from elasticface.eval.run import evaluate
+
+    torch.manual_seed(0)
+    pth = str(tmp_path / "backbone.pth")
+    torch.save(timm.create_model("mobilefacenet_y1", embedding_size=128).state_dict(), pth)
+    with caplog.at_level(logging.INFO):
+        nhwc = load_model_file(pth, "cpu")
+    nchw = load_model_file(pth, "cpu", channels_last=False)
+    assert "mobilefacenet" in caplog.text and "embedded in NHWC (channels_last=auto)" in caplog.text
+    first = next(m.weight for m in nhwc.modules() if isinstance(m, torch.nn.Conv2d))
+    assert first.is_contiguous(memory_format=torch.channels_last) and not first.is_contiguous()
+    assert all(m.weight.is_contiguous() for m in nchw.modules() if isinstance(m, torch.nn.Conv2d))
+    x = torch.rand(4, 3, 112, 112) * 2 - 1
+    with torch.no_grad():
+        torch.testing.assert_close(nhwc(x), nchw(x), atol=1e-4, rtol=1e-4)
+
+    ckpt = str(tmp_path / "nhwc.ckpt")
+    _tiny_checkpoint(ckpt, "model.channels_last=true")
+    module = load_model_file(ckpt, "cpu", channels_last=False).module
+    assert not module.channels_last and all(p.is_contiguous() for p in module.backbone.parameters())
+    assert load_model_file(ckpt, "cpu", channels_last=True).module.channels_last
+
+    with pytest.raises(ValueError, match=r"channels_last='fast': expected true, false or auto"):
+        evaluate(compose_eval([f"weights={pth}", f"data.val_root={eval_data / 'bins'}", "channels_last=fast"]),
+                 output_dir=str(tmp_path / "bad"))
+
+
 def test_eval_help_lists_only_the_groups_eval_reads():
     """`elasticface-eval --help` as a user types it: the groups are eval.yaml's defaults, not training's."""
     import yaml

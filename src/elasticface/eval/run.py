@@ -148,7 +148,8 @@ def evaluate(cfg: DictConfig, output_dir: str | None = None) -> list[dict[str, A
         model_file = one_model_file(cfg.get("weights"))
         model = load_model_file(model_file, device, backbone_option(cfg),
                                 OmegaConf.select(cfg, "model.embedding_size"),
-                                allow_torchscript=bool(cfg.get("allow_torchscript", False)))
+                                allow_torchscript=bool(cfg.get("allow_torchscript", False)),
+                                channels_last=cfg.get("channels_last", "auto"))
         image_size = input_size(data.get("image_size"), model, model_file)
     sets = verification_sets(cfg, image_size)  # read once the model file is known to be usable
     if not sets and not ijb_cfg.get("root") and not mf_cfg.get("root"):

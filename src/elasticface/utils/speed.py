@@ -244,11 +244,12 @@ def check_compile_setting(value: object) -> bool | str:
                      "a CPU) or cpu (only on a CPU)")
 
 
-def check_channels_last_setting(value: object) -> bool | str:
-    """`model.channels_last`: true, false or `auto` (the layout measured fastest: CPU_AUTO, GPU_AUTO)."""
+def check_channels_last_setting(value: object, key: str = "model.channels_last") -> bool | str:
+    """`model.channels_last` (eval's `channels_last`): true, false or `auto` (the layout measured fastest:
+    CPU_AUTO, GPU_AUTO)."""
     if isinstance(value, bool) or value == "auto":
         return value
-    raise ValueError(f"model.channels_last={value!r}: expected true, false or auto (the layout measured fastest for "
+    raise ValueError(f"{key}={value!r}: expected true, false or auto (the layout measured fastest for "
                      "the backbone's family on this device)")
 
 
