@@ -106,7 +106,7 @@ def load_model_file(path: str, device: str | torch.device = "auto", backbone: st
     from elasticface.backbones.from_weights import backbone_from_weights
 
     model, report = backbone_from_weights(path, backbone, embedding_size, say=print)
-    return in_layout(model.eval().to(device), report.layout, device, channels_last)
+    return in_layout(model, report.layout, device, channels_last)
 
 
 def in_layout(model: nn.Module, architecture: str, device: torch.device, setting: bool | str = "auto") -> nn.Module:
