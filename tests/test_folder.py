@@ -134,3 +134,59 @@ def test_pairs_of_people_the_training_folder_holds_are_refused_before_the_first_
         datamodule(pairs).setup("fit")
     pairs.write_text("dave/1.jpg dave/2.jpg 1\ndave/2.jpg dave/1.jpg 1\n")
     datamodule(pairs).setup("fit")
+
+
+def test_roots_of_the_same_people_train_as_one_set(faces, tmp_path):
+    """`data.train_dataset.root=[a, b]`: each person one class, their images from a then from b (sharp photos and
+    their low-resolution twins); roots of other people are refused naming the people, an unreadable image names
+    its own root."""
+    from elasticface.data.low_resolution import degrade_folder
+
+    degrade_folder(faces, tmp_path / "lowres", sizes=(16, 16))
+    ds = ImageFolderFaces([str(tmp_path / "lowres"), str(faces)])
+    assert ds.classes == ["alice", "bob", "carol"] and ds.num_classes == 3
+    rel = [os.path.relpath(p, tmp_path) for p in ds.paths]
+    assert rel == ["lowres/alice/a.jpg", "faces/alice/a.jpg", "lowres/bob/1.jpg", "lowres/bob/2.png",
+                   "faces/bob/1.jpg", "faces/bob/2.png", "lowres/carol/c.jpg", "faces/carol/c.jpg"]
+    assert ds.labels.tolist() == [0, 0, 1, 1, 1, 1, 2, 2]
+    assert [ds[i][1] for i in range(len(ds))] == ds.labels.tolist()
+    sharp, blurred = ds[5][0].float(), ds[3][0].float()  # bob/2.png, lossless both ways
+    assert np.array_equal(sharp.permute(1, 2, 0).numpy(), smooth_image(2))
+    assert (blurred - sharp).abs().mean() > 1  # 16 px and back is not the photo
+    assert repr(ds).startswith(f"ImageFolderFaces(root='{tmp_path / 'lowres'} + {faces}'")
+
+    save_image(tmp_path / "others" / "alice" / "x.jpg", smooth_image(8))
+    save_image(tmp_path / "others" / "dave" / "x.jpg", smooth_image(9))
+    with pytest.raises(ValueError, match=r"faces and .*others must hold the same people.*3 are in only one of "
+                                         r"them \(bob, carol, dave\)"):
+        ImageFolderFaces([str(faces), str(tmp_path / "others")])
+    with pytest.raises(ValueError, match=r"data.train_dataset.root=\[\]"):
+        ImageFolderFaces([])
+    (faces / "bob" / "1.jpg").write_bytes(b"\xff\xd8 not a jpeg")
+    dropped = ds[4]
+    assert isinstance(dropped, DroppedRecord) and dropped.source == str(faces) and dropped.key == "bob/1.jpg"
+
+
+def test_the_typed_list_of_roots_reaches_the_training_set(faces, tmp_path):
+    """What the docs type: the CFP experiment's low-resolution split plus the same people's sharp folder."""
+    from hydra.utils import instantiate
+
+    from elasticface.cli.compose import compose_train
+    from elasticface.data.convert import pairs_to_bin
+    from elasticface.data.low_resolution import degrade_folder
+
+    degrade_folder(faces, tmp_path / "lowres" / "train")
+    held_out = tmp_path / "held_out"
+    for i in range(4):
+        save_image(held_out / "dave" / f"{i}.jpg", smooth_image(10 + i))
+    (tmp_path / "pairs.txt").write_text("dave/0.jpg dave/1.jpg 1\ndave/2.jpg dave/3.jpg 1\n")
+    for name in ("cfp_fp_splits6_10", "cfp_ff_splits6_10", "lfw"):
+        pairs_to_bin(str(tmp_path / "pairs.txt"), str(held_out), str(tmp_path / "lowres" / f"{name}.bin"))
+    cfg = compose_train(["experiment=cfp_finetune", f"data.root={tmp_path / 'lowres'}",
+                         f"data.train_dataset.root=[{tmp_path / 'lowres' / 'train'},{faces}]", "data.batch_size=4"],
+                        tmp_path)
+    data = instantiate(cfg.data)
+    data.setup("fit")
+    assert data.train_set.roots == [str(tmp_path / "lowres" / "train"), str(faces)]
+    assert data.num_classes == 3 and len(data.train_set) == 8
+    assert sorted(data.val_sets) == ["cfp_ff_splits6_10", "cfp_fp_splits6_10", "lfw"]

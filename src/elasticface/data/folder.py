@@ -3,6 +3,8 @@ and unlabelled faces anywhere under a folder (`ImageFiles`, what `eval.embed` em
 
 Sorted sub-folder names give labels 0..C-1, so the same folder always maps to the same classes (and
 `convert.recordio_to_folder` writes zero-padded names that sort back into the original labels).
+Several roots of the same people (a person's sharp photos in one, the same photos degraded by
+`elasticface-convert lowres` in another) train as one set: each person is one class, their images from every root.
 """
 
 from __future__ import annotations
@@ -58,8 +60,32 @@ def scan_image_folder(
     return classes, paths, np.asarray(labels, dtype=np.int64)
 
 
+def scan_image_folders(
+    roots: Sequence[str], extensions: Sequence[str] = IMAGE_EXTENSIONS
+) -> tuple[list[str], list[str], np.ndarray]:
+    """`scan_image_folder` over roots that hold the same people: a person's images from the first root, then
+    from the next; roots whose identity folders differ are an error naming the people one of them lacks."""
+    scans = [scan_image_folder(root, extensions) for root in roots]
+    if len(scans) == 1:
+        return scans[0]
+    classes = scans[0][0]
+    for root, (other, _, _) in zip(roots[1:], scans[1:]):
+        if other != classes:
+            lacking = sorted(set(classes) ^ set(other))
+            raise ValueError(
+                f"image folders {roots[0]} and {root} must hold the same people (one identity folder each, the "
+                f"same names), but {len(lacking)} are in only one of them ({', '.join(lacking[:5])}"
+                f"{', ...' if len(lacking) > 5 else ''}); give data.train_dataset.root one folder, or folders of "
+                "the same people")
+    paths = [path for _, root_paths, _ in scans for path in root_paths]
+    labels = np.concatenate([root_labels for _, _, root_labels in scans])
+    order = np.argsort(labels, kind="stable")  # person by person, each person's roots in the order given
+    return classes, [paths[i] for i in order], labels[order]
+
+
 class ImageFolderFaces(Dataset):
-    """Training faces from `root/<identity>/<image>`; item = (uint8 [3, S, S] RGB tensor, label).
+    """Training faces from `root/<identity>/<image>`, or from a list of such roots that hold the same people;
+    item = (uint8 [3, S, S] RGB tensor, label).
 
     Any format PIL reads; grey becomes RGB; other sizes are resized and counted (`stats.resized`).
     An unreadable file yields a `DroppedRecord`; the training loop counts each once over the whole run and
@@ -68,7 +94,7 @@ class ImageFolderFaces(Dataset):
 
     def __init__(
         self,
-        root: str,
+        root: str | Sequence[str],
         max_corrupt: int = 10,
         extensions: Sequence[str] = IMAGE_EXTENSIONS,
         num_classes: int | None = None,
@@ -76,9 +102,12 @@ class ImageFolderFaces(Dataset):
         image_size: int = 112,
         max_pixels: int | None = None,
     ) -> None:
-        self.root = str(root)
+        self.roots = [str(root)] if isinstance(root, (str, os.PathLike)) else [str(r) for r in root]
+        if not self.roots:
+            raise ValueError("data.train_dataset.root=[]: expected an image folder or a list of them")
+        self.root = " + ".join(self.roots)
         self.max_pixels = check_max_pixels(max_pixels)
-        self.classes, self.paths, self.labels = scan_image_folder(self.root, extensions)
+        self.classes, self.paths, self.labels = scan_image_folders(self.roots, extensions)
         self.num_classes = len(self.classes)
         if num_classes is not None and int(num_classes) != self.num_classes:
             raise ValueError(
@@ -108,7 +137,8 @@ class ImageFolderFaces(Dataset):
             if path not in self.corrupt_paths:
                 self.corrupt_paths.append(path)
             # counted once per image over the whole run, all workers, by the DataModule's FaultLedger
-            return DroppedRecord(self.root, os.path.relpath(path, self.root), str(exc))
+            root = next(r for r in self.roots if path.startswith(os.path.join(r, "")))
+            return DroppedRecord(root, os.path.relpath(path, root), str(exc))
         return img, int(self.labels[index])
 
     def __repr__(self) -> str:
