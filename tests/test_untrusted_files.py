@@ -281,9 +281,12 @@ def test_train_refuses_a_remote_ckpt_path_before_fetching_it(tiny_cfg, tmp_path)
 def test_eval_refuses_a_checkpoint_whose_hyperparameters_name_code(tmp_path):
     marker = tmp_path / "marker"
     ckpt = hparams_checkpoint(tmp_path / "evil.ckpt", marker)
-    out = _run([sys.executable, str(ROOT / "eval.py"), f"weights={ckpt}", f"data.val_root={tmp_path}",
+    (tmp_path / "bins").mkdir()
+    (tmp_path / "bins" / "lfw.bin").write_bytes(b"\x80\x04")  # a .bin set's first bytes: the checks pass it
+    out = _run([sys.executable, str(ROOT / "eval.py"), f"weights={ckpt}", f"data.val_root={tmp_path / 'bins'}",
                 f"hydra.run.dir={tmp_path / 'eval'}"], tmp_path)
-    assert out.returncode != 0
+    assert out.returncode == 2  # a user's mistake: one line
+    assert len(out.stderr.strip().splitlines()) == 1, out.stderr
     assert f"{ckpt} (hyper_parameters): backbone._target_: target 'torch.load' is not allowed" in out.stderr
     assert not marker.exists()
     assert not (tmp_path / "eval" / "results.json").exists()

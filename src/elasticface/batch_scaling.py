@@ -16,6 +16,7 @@ import logging
 from dataclasses import dataclass
 
 from omegaconf import DictConfig, OmegaConf, open_dict
+from elasticface.utils.errors import BadValue
 
 log = logging.getLogger(__name__)
 
@@ -43,7 +44,7 @@ def _devices(value: object) -> int:
     if isinstance(value, str) and value.strip().isdigit():
         value = int(value)
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(
+        raise BadValue(
             f"trainer.devices={value!r}: {KEY} needs the global batch, so trainer.devices must be a number of "
             f"devices per node (or a list of them); set trainer.devices=<N>, or {KEY}=null to use optimizer.lr "
             "and the milestones as written"
@@ -58,7 +59,7 @@ def global_batch(cfg: DictConfig) -> int:
                "trainer.accumulate_grad_batches": trainer.get("accumulate_grad_batches", 1)}
     for key, value in factors.items():
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"{key}={value!r}: {KEY} needs the global batch; expected an integer >= 1")
+            raise BadValue(f"{key}={value!r}: {KEY} needs the global batch; expected an integer >= 1")
     result = _devices(trainer.get("devices", 1))
     for value in factors.values():
         result *= value
@@ -75,12 +76,12 @@ def apply(cfg: DictConfig) -> Scaling | None:
     if reference is None:
         return None
     if isinstance(reference, bool) or not isinstance(reference, int) or reference < 1:
-        raise ValueError(f"{KEY}={reference!r}: expected the global batch optimizer.lr and the step milestones are "
+        raise BadValue(f"{KEY}={reference!r}: expected the global batch optimizer.lr and the step milestones are "
                          "written for (an integer >= 1), or null to use them as written")
     scaling = Scaling(global_batch(cfg), reference)
     lr = OmegaConf.select(cfg, "optimizer.lr")
     if lr is None:
-        raise ValueError(f"{KEY}={reference}: the optimizer has no lr to scale (optimizer.lr)")
+        raise BadValue(f"{KEY}={reference}: the optimizer has no lr to scale (optimizer.lr)")
     done = [f"optimizer.lr {lr:g} -> {lr * scaling.factor:g}"]
     with open_dict(cfg):
         cfg.optimizer.lr = lr * scaling.factor

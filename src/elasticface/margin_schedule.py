@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from elasticface.utils.errors import BadValue
 
 KINDS = ("none", "warmup", "softmax_start")
 
@@ -31,17 +32,17 @@ class MarginSchedule:
     def __post_init__(self) -> None:
         key = "margin_schedule"
         if self.kind not in KINDS:
-            raise ValueError(f"{key}.kind={self.kind!r}: expected one of {list(KINDS)}")
+            raise BadValue(f"{key}.kind={self.kind!r}: expected one of {list(KINDS)}")
         if self.steps is not None and (isinstance(self.steps, bool) or not isinstance(self.steps, int)
                                        or self.steps < 0):
-            raise ValueError(f"{key}.steps={self.steps!r}: expected a whole number of optimizer steps >= 0, or null")
+            raise BadValue(f"{key}.steps={self.steps!r}: expected a whole number of optimizer steps >= 0, or null")
         if self.fraction is not None and (isinstance(self.fraction, bool) or not isinstance(self.fraction, (int, float))
                                           or not 0.0 <= self.fraction <= 1.0):
-            raise ValueError(f"{key}.fraction={self.fraction!r}: expected a share of the run in [0, 1], or null")
+            raise BadValue(f"{key}.fraction={self.fraction!r}: expected a share of the run in [0, 1], or null")
         if isinstance(self.start, bool) or not isinstance(self.start, (int, float)) or not 0.0 <= self.start <= 1.0:
-            raise ValueError(f"{key}.start={self.start!r}: expected a margin weight in [0, 1]")
+            raise BadValue(f"{key}.start={self.start!r}: expected a margin weight in [0, 1]")
         if self.kind != "none" and self.steps is None and self.fraction is None:
-            raise ValueError(f"{key}.kind={self.kind}: set margin_schedule.steps or margin_schedule.fraction")
+            raise BadValue(f"{key}.kind={self.kind}: set margin_schedule.steps or margin_schedule.fraction")
 
     def length(self, total_steps: int | float) -> int:
         """The schedule's steps in a run of `total_steps`; ValueError (before the first step) if longer."""
@@ -49,11 +50,11 @@ class MarginSchedule:
             return 0
         if self.steps is not None:
             if math.isfinite(total_steps) and self.steps > total_steps:
-                raise ValueError(f"margin_schedule.steps={self.steps}: longer than the run ({int(total_steps)} "
+                raise BadValue(f"margin_schedule.steps={self.steps}: longer than the run ({int(total_steps)} "
                                  "optimizer steps); expected at most that, or margin_schedule.fraction")
             return self.steps
         if not math.isfinite(total_steps):
-            raise ValueError(f"margin_schedule.fraction={self.fraction}: the run's length is unknown (no "
+            raise BadValue(f"margin_schedule.fraction={self.fraction}: the run's length is unknown (no "
                              "trainer.max_steps or max_epochs); set margin_schedule.steps")
         return round(self.fraction * total_steps)
 

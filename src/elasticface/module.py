@@ -32,6 +32,7 @@ from elasticface.utils.speed import (CompiledCalls, backbone_family, check_chann
                                      check_compile_backend, check_compile_mode, check_compile_setting,
                                      compile_available, compile_in_place, should_compile, should_use_channels_last)
 from elasticface.untrusted import build_from_checkpoint
+from elasticface.utils.errors import BadValue
 
 log = logging.getLogger(__name__)
 
@@ -78,7 +79,7 @@ class FaceRecognitionModule(pl.LightningModule):
         self.backbone: nn.Module = built_backbone if built_backbone is not None else instantiate(backbone)
         head_module = instantiate(head)
         if not isinstance(head_module, MarginHead):
-            raise ValueError(f"model.head: {head.get('_target_')!r} builds a {type(head_module).__name__}, "
+            raise BadValue(f"model.head: {head.get('_target_')!r} builds a {type(head_module).__name__}, "
                              "expected a subclass of elasticface.heads.MarginHead")
         centers_module = instantiate(centers)(
             embedding_size=embedding_size, num_classes=num_classes,

@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 
 from omegaconf import DictConfig
+from elasticface.utils.errors import BadValue
 
 log = logging.getLogger(__name__)
 
@@ -22,7 +23,7 @@ RULES = (CLASS_COUNT, "head")
 
 def check_rule(rule: object) -> None:
     if rule not in RULES:
-        raise ValueError(f"scale={rule!r}: expected one of {list(RULES)} (sqrt(2)·ln(C - 1) from the classes, or "
+        raise BadValue(f"scale={rule!r}: expected one of {list(RULES)} (sqrt(2)·ln(C - 1) from the classes, or "
                          "the head's own s)")
 
 
@@ -40,15 +41,15 @@ def check_scale(cfg: DictConfig) -> None:
     if s is None or s == CLASS_COUNT:
         return
     if isinstance(s, bool) or not isinstance(s, (int, float)):
-        raise ValueError(f"s={s!r}: expected a number > 0 or {CLASS_COUNT} (sqrt(2)·ln(C - 1) from the classes)")
+        raise BadValue(f"s={s!r}: expected a number > 0 or {CLASS_COUNT} (sqrt(2)·ln(C - 1) from the classes)")
     if not s > 0:
-        raise ValueError(f"s={s}: the scale must be > 0, or {CLASS_COUNT} (sqrt(2)·ln(C - 1) from the classes)")
+        raise BadValue(f"s={s}: the scale must be > 0, or {CLASS_COUNT} (sqrt(2)·ln(C - 1) from the classes)")
 
 
 def class_count_scale(num_classes: int) -> float:
     """AdaCos's fixed scale for `num_classes` training classes (Zhang et al. 2019), for `s: class_count`."""
     if num_classes < 3:
-        raise ValueError(f"s={CLASS_COUNT}: sqrt(2)·ln(C - 1) needs at least 3 classes, the data has {num_classes}; "
+        raise BadValue(f"s={CLASS_COUNT}: sqrt(2)·ln(C - 1) needs at least 3 classes, the data has {num_classes}; "
                          "give s=<number> or scale=head")
     from elasticface.heads.adacos import fixed_scale  # here: the config resolver above must not import torch
 

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 
 from torch.optim import Optimizer
 from torch.optim.lr_scheduler import LambdaLR
+from elasticface.utils.errors import BadValue
 
 
 def _warmup(step: int, warmup_steps: int) -> float:
@@ -28,13 +29,13 @@ def _warmup_steps(warmup_steps: int, warmup_fraction: float, total_steps: int) -
     (docs/margin_schedule.md)."""
     if isinstance(warmup_fraction, bool) or not isinstance(warmup_fraction, (int, float)) \
             or not 0.0 <= warmup_fraction < 1.0:
-        raise ValueError(f"scheduler.warmup_fraction={warmup_fraction!r}: expected a share of the run in [0, 1)")
+        raise BadValue(f"scheduler.warmup_fraction={warmup_fraction!r}: expected a share of the run in [0, 1)")
     if warmup_steps and warmup_fraction:
-        raise ValueError(f"scheduler.warmup_steps={warmup_steps} and scheduler.warmup_fraction={warmup_fraction}: "
+        raise BadValue(f"scheduler.warmup_steps={warmup_steps} and scheduler.warmup_fraction={warmup_fraction}: "
                          "expected one of the two (set the other to 0)")
     steps = warmup_steps or int(round(warmup_fraction * total_steps))
     if steps < 0 or steps >= max(total_steps, 1):
-        raise ValueError(f"scheduler.warmup_steps={steps}: must be in [0, total steps = {total_steps})")
+        raise BadValue(f"scheduler.warmup_steps={steps}: must be in [0, total steps = {total_steps})")
     return steps
 
 
@@ -49,7 +50,7 @@ def multistep(
 ) -> LambdaLR:
     """lr × gamma^(number of milestones passed); milestones in steps and/or fractions of total_steps."""
     if any(not 0.0 < f < 1.0 for f in milestone_fractions):
-        raise ValueError(f"scheduler.milestone_fractions={list(milestone_fractions)}: each must be in (0, 1)")
+        raise BadValue(f"scheduler.milestone_fractions={list(milestone_fractions)}: each must be in (0, 1)")
     warmup_steps = _warmup_steps(warmup_steps, warmup_fraction, total_steps)
     points = sorted([int(m) for m in milestones] + [int(round(f * total_steps)) for f in milestone_fractions])
 
@@ -66,7 +67,7 @@ def epoch_multistep(
     ElasticFace code's `lr_step_func` (config/config.py:50-52) and LambdaLR (train.py:177-178). Milestone m
     lowers the lr from the start of 0-based epoch m - 1, i.e. after m - 1 full epochs; `total_steps` is unused."""
     if any(isinstance(m, bool) or not isinstance(m, int) or m < 1 for m in milestones):
-        raise ValueError(f"scheduler.milestones={list(milestones)}: epochs, each an integer >= 1")
+        raise BadValue(f"scheduler.milestones={list(milestones)}: epochs, each an integer >= 1")
     points = [int(m) - 1 for m in milestones]
 
     def factor(epoch: int) -> float:

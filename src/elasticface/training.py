@@ -194,8 +194,8 @@ class Job:
 def resolve(cfg: DictConfig) -> tuple[str | None, StartWeights | None]:
     """Every check and rewrite of `cfg`, in one place and in this order, before anything is built or read: the
     scale rule, the top-level values, torch's threads and the loader's workers, the lr and milestones for the global
-    batch, the fine-tune's parts and the architecture its weights file holds. Returns how the console prints (None:
-    not at all) and the weights file read."""
+    batch, the fine-tune's parts and the architecture its weights file holds; then the config is read-only. Returns
+    how the console prints (None: not at all) and the weights file read."""
     check_scale(cfg)  # first: reading s resolves the scale rule
     validate_top_level(cfg)
     printing = print_config_mode(OmegaConf.select(cfg, "extras.print_config", default=False))
@@ -203,6 +203,7 @@ def resolve(cfg: DictConfig) -> tuple[str | None, StartWeights | None]:
     set_threads(cfg)
     batch_scaling.apply(cfg)  # before anything reads optimizer.lr, the milestones or trainer.max_steps
     start = resolve_finetune(cfg)
+    OmegaConf.set_readonly(cfg, True)  # resolved once: nothing after this point rewrites the config
     if printing == "full":
         print_config_tree(cfg, group_choices())
     return printing, start
@@ -259,7 +260,9 @@ def summarize(cfg: DictConfig, job: Job, train_seconds: float) -> dict[str, Any]
     if job.weights and "backbone" in job.weights["read_off_the_file"]:
         summary["backbone"] = job.weights["backbone"]  # the file's architecture, not the config's default option
     if job.trainer.is_global_zero:
-        (Path(cfg.paths.output_dir) / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
+        from elasticface.utils.output_paths import atomic_write  # whole or not at all: a kill leaves none or all
+
+        atomic_write(Path(cfg.paths.output_dir) / "summary.json", json.dumps(summary, indent=2, default=str))
         log.info(format_summary(summary))
     return summary
 

@@ -36,6 +36,7 @@ import elasticface.classifier as classifier
 import elasticface.heads as heads
 import elasticface.heads.registry as heads_registry
 import elasticface.schedulers as schedulers
+from elasticface.utils.errors import BadFile
 from elasticface.utils.remote import refuse_remote
 
 __all__ = ["UntrustedFileError", "allowed_targets", "build_from_checkpoint", "check_targets", "read_checkpoint"]
@@ -51,7 +52,7 @@ _TIMM_BUILDERS = {"build_backbone": "name", "create_model": "model_name"}
 _TIMM_FILE_ARGUMENTS = ("pretrained", "checkpoint_path", "pretrained_cfg", "pretrained_cfg_overlay", "cache_dir")
 
 
-class UntrustedFileError(ValueError):
+class UntrustedFileError(BadFile):
     """A file asks for something a file may not: code, a target outside the allowlist, a remote read."""
 
 
@@ -155,6 +156,12 @@ def read_checkpoint(path: str | os.PathLike, map_location: Any = "cpu", mmap: bo
     text = refuse_remote(path, "checkpoint")
     if not os.path.isfile(text):
         raise FileNotFoundError(f"checkpoint {text} not found")
+    from elasticface.backbones.weights import WeightsError, check_torch_file
+
+    try:
+        check_torch_file(text)  # a zip entry claiming more than the file holds would size torch's reads
+    except WeightsError as err:
+        raise UntrustedFileError(str(err)) from err
     try:
         checkpoint = torch.load(text, map_location=map_location, weights_only=True, mmap=mmap)
     except pickle.UnpicklingError as err:
@@ -164,9 +171,10 @@ def read_checkpoint(path: str | os.PathLike, map_location: Any = "cpu", mmap: bo
             f"{text}: holds pickled Python objects{what}, not only tensors and plain data; refused unopened, since "
             f"opening it would run code. A checkpoint this project wrote holds none"
         ) from None
-    except (RuntimeError, EOFError, OSError, ValueError) as err:
+    except Exception as err:  # noqa: BLE001 - torch's readers raise many types (IndexError, KeyError, ...)
         first = str(err).splitlines()[0] if str(err) else type(err).__name__
-        raise UntrustedFileError(f"{text}: not a checkpoint torch.save wrote, or truncated ({first})") from err
+        raise UntrustedFileError(f"{text}: not a checkpoint torch.save wrote, or truncated "
+                                 f"({type(err).__name__}: {first})") from err
     if not isinstance(checkpoint, dict):
         raise UntrustedFileError(f"{text}: not a Lightning checkpoint (holds a {type(checkpoint).__name__}, "
                                  f"expected a dict)")

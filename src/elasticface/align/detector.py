@@ -28,6 +28,7 @@ from torch import Tensor
 from torchvision.ops import batched_nms
 
 from elasticface.align.mtcnn import load_mtcnn
+from elasticface.utils.errors import BadValue
 
 _CHUNK = 512  # crops per refine/output forward: bounds the memory of photos with thousands of candidates
 PAD = 0.5  # the second search's border (module docstring); chosen on LFW tight crops (bench_tight_crops.py)
@@ -101,7 +102,7 @@ class MTCNNDetector:
         self.pnet, self.rnet, self.onet = (net.to(self.device) for net in load_mtcnn(weights_dir))
         self.min_face_size, self.thresholds, self.factor = min_face_size, thresholds, factor
         if pad < 0:
-            raise ValueError(f"MTCNN: pad={pad}; expected a fraction of the photo's longer side >= 0")
+            raise BadValue(f"MTCNN: pad={pad}; expected a fraction of the photo's longer side >= 0")
         self.pad = pad
 
     # -- stage 1: proposals over the image pyramid -----------------------------------------------------------
@@ -188,7 +189,7 @@ class MTCNNDetector:
         if arr.ndim == 2:
             arr = np.repeat(arr[:, :, None], 3, axis=2)
         if arr.ndim != 3 or arr.shape[2] != 3 or arr.dtype != np.uint8:
-            raise ValueError(f"MTCNN: expected uint8 RGB [H, W, 3] photos, got {arr.dtype} {arr.shape}")
+            raise BadValue(f"MTCNN: expected uint8 RGB [H, W, 3] photos, got {arr.dtype} {arr.shape}")
         return torch.from_numpy(np.array(arr)).to(self.device).permute(2, 0, 1).float()
 
     @torch.no_grad()

@@ -13,6 +13,10 @@ OUT gets, beside the faces:
 A run is resumable: photos already in faces.csv (their faces on disk) or reported without a face are skipped;
 unreadable ones are tried again, and so are photos without a face when `fallback` is on. Faces are written to a
 temporary name and renamed, so a killed run leaves no half-written face behind.
+
+OUT may hold other files (it is not emptied), but a face is never written over a file that an earlier run did
+not write: in an OUT without faces.csv, a photo whose face would take the name of an existing file is refused
+(`OutputExists`, before anything is written) unless `overwrite`; and every face lands inside OUT.
 """
 
 from __future__ import annotations
@@ -31,6 +35,8 @@ from elasticface.align.fallback import CENTRE, FORCED, fallback_face
 from elasticface.align.landmark_files import LANDMARK_COLUMNS, read_landmark_file
 from elasticface.align.photos import DEFAULT_MAX_PIXELS, PHOTO_EXTENSIONS, BadPhotoError, read_photo
 from elasticface.align.template import norm_crop
+from elasticface.utils.errors import BadValue, OutputExists
+from elasticface.utils.output_paths import atomic_path, inside
 
 FACES_CSV = "faces.csv"
 REPORT_CSV = "align_report.csv"
@@ -82,7 +88,7 @@ def list_photos(src: str, exclude: str | None = None, say: Callable[[str], None]
             if name.lower().endswith(PHOTO_EXTENSIONS):
                 found.append(os.path.relpath(os.path.join(root, name), src))
     if not found:
-        raise ValueError(f"source folder {src} holds no JPEG/PNG photo (searched with its sub-folders and links); "
+        raise BadValue(f"source folder {src} holds no JPEG/PNG photo (searched with its sub-folders and links); "
                          f"expected photos such as {os.path.join(src, 'name', 'photo.jpg')}")
     return sorted(found)
 
@@ -99,7 +105,7 @@ def pick_face(faces: Sequence[Face], photo_size: tuple[int, int], rule: str = "l
             return (float(np.hypot((f.box[0] + f.box[2]) / 2 - cx, (f.box[1] + f.box[3]) / 2 - cy)), -f.score)
 
         return min(faces, key=distance)
-    raise ValueError(f"unknown pick rule {rule!r}; expected one of {PICK_RULES}")
+    raise BadValue(f"unknown pick rule {rule!r}; expected one of {PICK_RULES}")
 
 
 def output_name(source: str, index: int | None) -> str:
@@ -146,18 +152,22 @@ def align_folder(
     progress: bool = True,
     say: Callable[[str], None] | None = None,
     fallback: bool = False,
+    overwrite: bool = False,
 ) -> AlignSummary:
     """Align every photo under `src` into `out` (see the module docstring). `detector`: an MTCNNDetector, a
     function making one (called only if a photo needs detecting), or None for the CPU default. `fallback`: every
-    photo holds a face (a benchmark set), so one where none is found is kept (elasticface.align.fallback)."""
+    photo holds a face (a benchmark set), so one where none is found is kept (elasticface.align.fallback).
+    `overwrite`: write faces over files of an OUT that no earlier run wrote (default: refuse)."""
     if pick not in PICK_RULES:
-        raise ValueError(f"unknown pick rule {pick!r}; expected one of {PICK_RULES}")
+        raise BadValue(f"unknown pick rule {pick!r}; expected one of {PICK_RULES}")
     from tqdm import tqdm
 
     say = say or (lambda msg: tqdm.write(msg, file=sys.stderr))
     photos = list_photos(src, exclude=out, say=say)
-    os.makedirs(out, exist_ok=True)
     faces_csv, report_csv = os.path.join(out, FACES_CSV), os.path.join(out, REPORT_CSV)
+    if not overwrite and not os.path.isfile(faces_csv):
+        _refuse_taken_names(out, photos, all_faces)
+    os.makedirs(out, exist_ok=True)
     old_faces = [r for r in _read_rows(faces_csv) if os.path.isfile(os.path.join(out, r["path"]))]
     old_report = _read_rows(report_csv)
     aligned_before = {r["source"] for r in old_faces}
@@ -218,7 +228,7 @@ def align_folder(
                                                          f"(--all-faces keeps every face)")
                 for index, face in chosen:
                     name = output_name(source, index)
-                    _save(norm_crop(photo, face.landmarks, image_size), os.path.join(out, name))
+                    _save(norm_crop(photo, face.landmarks, image_size), str(inside(out, name, src)))
                     writer.writerow(dict(zip(FACE_COLUMNS, [
                         name, source, index or 0, "" if np.isnan(face.score) else f"{face.score:.6f}",
                         *["" if np.isnan(v) else _fmt(v) for v in face.box], *map(_fmt, face.landmarks.ravel())])))
@@ -227,12 +237,25 @@ def align_folder(
             f.flush()
             bar.update(len(batch))
     bar.close()
-    with open(report_csv, "w", newline="") as f:
+    with atomic_path(report_csv) as tmp, open(tmp, "w", newline="") as f:
         writer = csv.writer(f)
         writer.writerow(["source", "problem", "detail"])
         writer.writerows([r["source"], r["problem"], r["detail"]] for r in kept_report)
         writer.writerows(summary.problems)
     return summary
+
+
+def _refuse_taken_names(out: str, photos: Sequence[str], all_faces: bool) -> None:
+    """`OutputExists` if a face would be written over a file of `out` (an OUT that no earlier run wrote)."""
+    if not os.path.isdir(out):
+        return
+    taken = [name for name in (output_name(p, 0 if all_faces else None) for p in photos)
+             if os.path.lexists(os.path.join(out, name))]
+    if taken:
+        raise OutputExists(f"{out}: the output folder already holds {os.path.join(out, taken[0])}"
+                           f"{f' and {len(taken) - 1} more files' if len(taken) > 1 else ''} where faces would be "
+                           f"written, and no {FACES_CSV} of an earlier run; choose a new folder, or pass --overwrite "
+                           f"to write over them")
 
 
 def format_align_summary(summary: AlignSummary, out: str) -> str:

@@ -16,6 +16,7 @@ import torch
 from torch import Tensor, nn
 
 from elasticface.utils.checksum import file_sha256
+from elasticface.utils.errors import BadValue, MissingPath
 
 WEIGHT_FILES = {
     "pnet": ("pnet.pt", "a2a71925e0b9996a42f63e47efc1ca19043e69558b5c523b978d611dfae49c8f"),
@@ -110,15 +111,15 @@ def load_mtcnn(weights_dir: str | None = None) -> tuple[PNet, RNet, ONet]:
     data folder), each file's SHA-256 checked first; in eval mode."""
     folder = weights_dir or default_weights_dir()
     if folder is None:
-        raise FileNotFoundError(f"MTCNN weights not found: the detector reads facenet-pytorch 2.6.0's pnet.pt, rnet.pt "
+        raise MissingPath(f"MTCNN weights not found: the detector reads facenet-pytorch 2.6.0's pnet.pt, rnet.pt "
                                 f"and onet.pt; install them with: {INSTALL_HINT}")
     nets: list[nn.Module] = []
     for (name, (filename, sha256)), net in zip(WEIGHT_FILES.items(), (PNet(), RNet(), ONet())):
         path = os.path.join(folder, filename)
         if not os.path.isfile(path):
-            raise FileNotFoundError(f"MTCNN weights: {path} not found; install them with: {INSTALL_HINT}")
+            raise MissingPath(f"MTCNN weights: {path} not found; install them with: {INSTALL_HINT}")
         if file_sha256(path) != sha256:
-            raise ValueError(f"MTCNN weights: {path} is not facenet-pytorch 2.6.0's {filename} (SHA-256 differs); "
+            raise BadValue(f"MTCNN weights: {path} is not facenet-pytorch 2.6.0's {filename} (SHA-256 differs); "
                              f"reinstall with: {INSTALL_HINT}")
         state = torch.load(path, map_location="cpu", weights_only=True)
         net.load_state_dict(state, strict=True)

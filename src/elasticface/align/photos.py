@@ -8,11 +8,13 @@ import warnings
 import numpy as np
 from PIL import Image, ImageOps
 
+from elasticface.utils.errors import BadFile
+
 PHOTO_EXTENSIONS = (".jpg", ".jpeg", ".png")
 DEFAULT_MAX_PIXELS = 80_000_000  # a 10,000 x 8,000 photo; larger is refused unless --max-pixels says otherwise
 
 
-class BadPhotoError(ValueError):
+class BadPhotoError(BadFile, ValueError):
     """A file that is not a photo this command can read: the message names the file and why."""
 
 

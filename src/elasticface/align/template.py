@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 from PIL import Image
+from elasticface.utils.errors import BadValue
 
 # ArcFace's 5 points (left eye, right eye, nose tip, left and right mouth corner) for the older 96x112 crop.
 ARCFACE_TEMPLATE_96X112 = np.array(
@@ -46,7 +47,7 @@ def umeyama(src: np.ndarray, dst: np.ndarray, estimate_scale: bool = True) -> np
     src = src if src.dtype in (np.float32, np.float64) else src.astype(np.float64)
     dst = dst if dst.dtype in (np.float32, np.float64) else dst.astype(np.float64)
     if src.shape != dst.shape or src.ndim != 2:
-        raise ValueError(f"umeyama: src {src.shape} and dst {dst.shape} must both be [N, d]")
+        raise BadValue(f"umeyama: src {src.shape} and dst {dst.shape} must both be [N, d]")
     n, d = src.shape
     mu_src, mu_dst = src.mean(0), dst.mean(0)
     src_c, dst_c = src - mu_src, dst - mu_dst
@@ -57,7 +58,7 @@ def umeyama(src: np.ndarray, dst: np.ndarray, estimate_scale: bool = True) -> np
         sign[-1] = -1.0
     rank = np.linalg.matrix_rank(cov)
     if rank == 0:
-        raise ValueError("umeyama: degenerate points (all identical)")
+        raise BadValue("umeyama: degenerate points (all identical)")
     if rank == d - 1 and np.linalg.det(u) * np.linalg.det(vt) < 0:
         # rank-deficient: the sign of the last singular direction is free, choose a proper rotation
         rot = u @ np.diag(np.r_[np.ones(d - 1), -1.0]) @ vt
@@ -74,7 +75,7 @@ def estimate_norm(landmarks: np.ndarray, image_size: int = 112) -> np.ndarray:
     """The [2, 3] matrix mapping photo coordinates to the aligned crop (insightface's `estimate_norm`)."""
     points = np.asarray(landmarks, dtype=np.float64)
     if points.size != 10 or not np.isfinite(points).all():
-        raise ValueError(f"expected 5 finite (x, y) landmarks, got shape {points.shape}: {points.ravel()[:10]}")
+        raise BadValue(f"expected 5 finite (x, y) landmarks, got shape {points.shape}: {points.ravel()[:10]}")
     return umeyama(points.reshape(5, 2), arcface_template(image_size).astype(np.float32))[:2]
 
 
@@ -139,10 +140,10 @@ def warp_array(photo: np.ndarray, matrix: np.ndarray, size: int | tuple[int, int
 
     The two differ by up to 4 grey levels on sharp edges (0.01 on average; 0.11 on the worst of 324 LFW crops)."""
     if opencv not in OPENCV_KERNELS:
-        raise ValueError(f"warp: opencv={opencv!r}; expected one of {OPENCV_KERNELS} (the OpenCV major version)")
+        raise BadValue(f"warp: opencv={opencv!r}; expected one of {OPENCV_KERNELS} (the OpenCV major version)")
     photo = np.asarray(photo)
     if photo.dtype != np.uint8 or photo.ndim not in (2, 3):
-        raise ValueError(f"warp: expected a uint8 [H, W] or [H, W, C] photo, got {photo.dtype} {photo.shape}")
+        raise BadValue(f"warp: expected a uint8 [H, W] or [H, W, C] photo, got {photo.dtype} {photo.shape}")
     width, height = (size, size) if isinstance(size, int) else size
     fx, fy, ax, ay, scale = _source_points(_opencv_inverse(matrix), width, height, opencv)
     h, w = photo.shape[:2]
@@ -186,7 +187,7 @@ def warp_affine(image: Image.Image, matrix: np.ndarray, size: int | tuple[int, i
     """:func:`warp_array` on a PIL image (8-bit modes: L, LA, RGB, RGBA): `matrix` [2, 3] maps photo pixel
     coordinates to output pixel coordinates (pixel centres at integers). Returns a PIL image of the same mode."""
     if image.mode not in ("L", "LA", "RGB", "RGBA"):
-        raise ValueError(f"warp: expected an 8-bit L, LA, RGB or RGBA image, got mode {image.mode}")
+        raise BadValue(f"warp: expected an 8-bit L, LA, RGB or RGBA image, got mode {image.mode}")
     return Image.fromarray(warp_array(np.asarray(image), matrix, size, opencv))
 
 

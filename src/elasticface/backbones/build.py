@@ -16,6 +16,7 @@ from torch import nn
 
 from .neck import TimmEmbedder
 from .registry import FACE_BACKBONES
+from elasticface.utils.errors import BadValue
 
 __all__ = ["build_backbone", "is_face_backbone", "suggest_backbones"]
 
@@ -38,7 +39,7 @@ def _check_known(name: str) -> None:
         return
     matches = suggest_backbones(name)
     hint = f"Did you mean: {', '.join(matches)}? " if matches else ""
-    raise ValueError(
+    raise BadValue(
         f"Unknown backbone '{name}'. {hint}Face backbones: {', '.join(FACE_BACKBONES)}. "
         f"Any timm model works; list them with `python -c \"import timm; print(timm.list_models())\"` "
         f"(or a pattern: timm.list_models('*resnet*'))."
@@ -92,9 +93,9 @@ def build_backbone(
     The returned module exposes ``embedding_size`` (and ``num_features``, equal to it).
     """
     if not isinstance(name, str) or not name:
-        raise ValueError(f"Backbone name must be a non-empty string, got {name!r}")
+        raise BadValue(f"Backbone name must be a non-empty string, got {name!r}")
     if timm_kwargs.get("num_classes"):
-        raise ValueError(
+        raise BadValue(
             f"build_backbone returns an embedder, so num_classes={timm_kwargs['num_classes']} is not allowed; "
             "class centres live in model.centers"
         )

@@ -15,10 +15,13 @@ The layout is MXNet's ``NDArray::Save`` (src/ndarray/ndarray.cc), all little-end
 
 from __future__ import annotations
 
+import math
 import os
 import struct
 
 import numpy as np
+
+from elasticface.utils.errors import BadFile
 
 __all__ = ["LIST_MAGIC", "MXNetParamsError", "is_mxnet_params", "read_mxnet_params"]
 
@@ -33,7 +36,7 @@ _MAX_ARRAYS = 1_000_000
 _MAX_NDIM = 32
 
 
-class MXNetParamsError(ValueError):
+class MXNetParamsError(BadFile, ValueError):
     """A ``.params`` file that is not a readable MXNet NDArray list; the message names the file and the offset."""
 
 
@@ -82,6 +85,9 @@ def _shape(reader: _Reader, what: str, legacy_ndim: int | None = None,
         if np_shape:
             return None
         raise MXNetParamsError(f"{reader.path}: {what} has an unknown dimension in shape {dims}")
+    if any(d > len(reader.data) for d in dims):  # no array of the file has more elements than it has bytes
+        raise MXNetParamsError(f"{reader.path}: {what} has shape {dims}, a dimension larger than the file "
+                               f"({len(reader.data)} bytes); corrupt file")
     return tuple(int(d) for d in dims)
 
 
@@ -106,7 +112,7 @@ def _array(reader: _Reader, index: int) -> np.ndarray | None:
         raise MXNetParamsError(f"{reader.path}: {what} (offset {start}) has dtype flag {flag}; expected one of "
                                f"{sorted(_DTYPES)} (float32 is 0)")
     dtype = np.dtype(_DTYPES[flag]).newbyteorder("<")
-    count = int(np.prod(shape, dtype=np.int64))
+    count = math.prod(shape)  # exact: numpy's int64 product wraps around for a corrupt shape
     raw = reader.take(count * dtype.itemsize, f"{what}: data of shape {shape} ({dtype.name})")
     return np.frombuffer(raw, dtype=dtype).reshape(shape).astype(dtype.newbyteorder("="))
 

@@ -31,6 +31,8 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
+from elasticface.utils.errors import BadFile
+
 from .layout import layout_of, match_backbone
 from .mxnet_params import read_mxnet_params
 
@@ -46,7 +48,7 @@ _KNOWN_OPS = {"null", "Convolution", "BatchNorm", "LeakyReLU", "FullyConnected",
 _SCALAR_OPS = {"identity", "_copy", "_minus_scalar", "_mul_scalar", "_div_scalar", "_plus_scalar"}
 
 
-class MXNetModelError(ValueError):
+class MXNetModelError(BadFile, ValueError):
     """An MXNet model the mapping cannot load; the message names the file and the layer."""
 
 
@@ -82,12 +84,20 @@ def _read_symbol(path: str) -> list[_Node]:
             graph = json.load(f)
         raw_nodes = graph["nodes"]
         nodes = []
-        for raw in raw_nodes:
+        for index, raw in enumerate(raw_nodes):
             attrs: dict[str, str] = {}
             for key in ("param", "attr", "attrs"):  # MXNet < 0.9 wrote "param"/"attr", later "attrs"
                 attrs.update(raw.get(key) or {})
-            nodes.append(_Node(raw["op"], raw["name"], attrs, tuple(int(i[0]) for i in raw["inputs"])))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError, IndexError, ValueError) as err:
+            if not all(isinstance(k, str) and isinstance(v, str) for k, v in attrs.items()):
+                raise TypeError(f"node {index} has attributes that are not strings")
+            op, name, inputs = raw["op"], raw["name"], tuple(int(i[0]) for i in raw["inputs"])
+            if not isinstance(op, str) or not isinstance(name, str):
+                raise TypeError(f"node {index}: op and name must be strings")
+            if not all(0 <= i < index for i in inputs):  # a graph lists each node after its inputs: no cycle
+                raise ValueError(f"node {index} ({name}) reads nodes {list(inputs)}; expected earlier nodes")
+            nodes.append(_Node(op, name, attrs, inputs))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError, IndexError, ValueError,
+            AttributeError, RecursionError) as err:
         raise MXNetModelError(f"{path}: not an MXNet symbol file (a JSON graph with 'nodes' of op, name and "
                               f"inputs): {type(err).__name__}: {err}") from err
     return nodes
@@ -104,9 +114,30 @@ def _subgraph(nodes: list[_Node], output: int) -> list[int]:
     return sorted(seen)
 
 
-def _tuple(node: _Node, key: str, default: tuple[int, ...]) -> tuple[int, ...]:
+def _tuple(node: _Node, key: str, default: tuple[int, ...], path: str = "") -> tuple[int, ...]:
     value = node.attrs.get(key)
-    return tuple(ast.literal_eval(value)) if value else default
+    if not value:
+        return default
+    try:
+        parsed = ast.literal_eval(value) if len(value) <= 64 else None
+        if not isinstance(parsed, (tuple, list)) or not all(type(v) is int for v in parsed):
+            raise ValueError("not a tuple of integers")
+    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError) as err:
+        raise MXNetModelError(f"{path}: layer {node.name} has {key}={value[:64]!r}; expected a tuple of integers such "
+                              f"as (3, 3) ({err})") from None
+    return tuple(parsed)
+
+
+def _number(node: _Node, key: str, default: float, path: str) -> float:
+    """A finite number attribute of a layer; MXNetModelError naming the symbol file and the layer."""
+    value = node.attrs.get(key)
+    try:
+        number = default if value is None else float(value)
+    except ValueError:
+        number = float("nan")
+    if not np.isfinite(number):
+        raise MXNetModelError(f"{path}: layer {node.name} has {key}={value!r}; expected a finite number")
+    return number
 
 
 def _flag(node: _Node, key: str, default: bool) -> bool:
@@ -174,11 +205,13 @@ _ARCHITECTURES = (
 def _input_scale(nodes: list[_Node], conv: int, path: str) -> float:
     """The factor ``k`` with (the first convolution's input) = k * (this package's input), from the graph's scalar
     ops between ``data`` and that convolution; refuses an offset that cannot be folded."""
+    if not nodes[conv].inputs:
+        raise MXNetModelError(f"{path}: the first convolution {nodes[conv].name} has no input")
     scale, shift, i = 1.0, 0.0, nodes[conv].inputs[0]
     chain = []
-    while nodes[i].op != "null":
+    while nodes[i].op != "null":  # inputs are earlier nodes (_read_symbol): the walk ends
         node = nodes[i]
-        if node.op not in _SCALAR_OPS:
+        if node.op not in _SCALAR_OPS or not node.inputs:
             raise MXNetModelError(f"{path}: layer {node.name} ({node.op}) sits between the input and the first "
                                   f"convolution {nodes[conv].name}; the mapping expects only the input scaling there")
         chain.append(node)
@@ -186,7 +219,9 @@ def _input_scale(nodes: list[_Node], conv: int, path: str) -> float:
     if nodes[i].name != "data":
         raise MXNetModelError(f"{path}: the first convolution {nodes[conv].name} does not read the input 'data'")
     for node in reversed(chain):
-        value = float(node.attrs.get("scalar", "0"))
+        value = _number(node, "scalar", 0.0, path)
+        if node.op == "_div_scalar" and value == 0:
+            raise MXNetModelError(f"{path}: layer {node.name} divides the input by 0")
         if node.op == "_minus_scalar":
             shift -= value
         elif node.op == "_plus_scalar":
@@ -257,7 +292,7 @@ def mxnet_state_dict(params_path: str, symbol_path: str | None = None) -> tuple[
             if path == arch.first_conv:
                 first_conv = i
         elif node.op == "BatchNorm":
-            eps = float(node.attrs.get("eps", MXNET_BN_EPS))
+            eps = _number(node, "eps", MXNET_BN_EPS, symbol_path)
             gamma = param(node, 1, "gamma")
             if _flag(node, "fix_gamma", MXNET_FIX_GAMMA):
                 gamma = np.ones_like(gamma)
@@ -316,9 +351,9 @@ def _check_geometry(state: dict[str, Tensor], convs: dict[str, _Node], path: str
         if not isinstance(module, nn.Conv2d):
             raise MXNetModelError(f"{path}: layer {node.name} maps to {module_path}, which is not a convolution in "
                                   f"{name_or_layout}")
-        kernel = _tuple(node, "kernel", ())
-        got = (kernel, _tuple(node, "stride", (1,) * len(kernel)), _tuple(node, "pad", (0,) * len(kernel)),
-               int(node.attrs.get("num_group", 1)), _tuple(node, "dilate", (1,) * len(kernel)))
+        kernel = _tuple(node, "kernel", (), path)
+        got = (kernel, _tuple(node, "stride", (1,) * len(kernel), path), _tuple(node, "pad", (0,) * len(kernel), path),
+               _number(node, "num_group", 1, path), _tuple(node, "dilate", (1,) * len(kernel), path))
         want = (module.kernel_size, module.stride, module.padding, module.groups, module.dilation)
         if got != want:
             raise MXNetModelError(

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any, Callable, Dict, List, TypeVar
 
 from timm.models import register_model
+from elasticface.utils.errors import BadValue
 
 FACE_BACKBONES: List[str] = []
 """Names of the face backbones this package registers with timm, in registration order."""
@@ -49,7 +50,7 @@ def register_face_model(fn: F) -> F:
 def refuse_pretrained(name: str, pretrained: bool) -> None:
     """Face backbones ship no downloadable weights; say how to load a local checkpoint instead."""
     if pretrained:
-        raise ValueError(
+        raise BadValue(
             f"No pretrained weights can be downloaded for face backbone '{name}'. Pass a local "
             f"state dict instead: timm.create_model('{name}', checkpoint_path='/path/backbone.pth') "
             f"(insightface / ElasticFace backbone .pth files load as they are), or with the commands: "
@@ -63,6 +64,6 @@ def apply_timm_aliases(kwargs: Dict[str, Any]) -> Dict[str, Any]:
     if "drop_rate" in kwargs:
         drop_rate = kwargs.pop("drop_rate")
         if "dropout" in kwargs and kwargs["dropout"] != drop_rate:
-            raise ValueError(f"Got both dropout={kwargs['dropout']} and drop_rate={drop_rate}; pass one")
+            raise BadValue(f"Got both dropout={kwargs['dropout']} and drop_rate={drop_rate}; pass one")
         kwargs["dropout"] = drop_rate
     return kwargs

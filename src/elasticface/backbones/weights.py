@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import os
 import pickle
+import pickletools
 import re
 import zipfile
 from dataclasses import dataclass, field
@@ -28,6 +29,7 @@ from .mxnet_zoo import MXNetModelError, mxnet_state_dict
 from .registry import FACE_BACKBONES
 from elasticface.utils.checksum import file_sha256
 from elasticface.utils.remote import refuse_remote
+from elasticface.utils.errors import BadFile, MissingPath
 
 log = logging.getLogger(__name__)
 
@@ -52,7 +54,7 @@ DDP_PREFIX = "module."
 LIGHTNING_KEY = "pytorch-lightning_version"
 
 
-class WeightsError(ValueError):
+class WeightsError(BadFile, ValueError):
     """A model file that cannot be used as asked; the message names the file and what it holds."""
 
 
@@ -77,11 +79,8 @@ def open_model_file(path: str) -> tuple[str, Any]:
             return "mxnet", mxnet_state_dict(path)[0]
         except (MXNetParamsError, MXNetModelError) as err:
             raise WeightsError(str(err)) from err
-    if zipfile.is_zipfile(path):
-        try:
-            archive = zipfile.ZipFile(path)
-        except (zipfile.BadZipFile, OSError) as err:
-            raise WeightsError(f"{path}: a damaged zip archive ({err}); the file is truncated or corrupt") from err
+    if _zipped(path):
+        archive = _open_archive(path)
         with archive:
             names = archive.namelist()
             if any(n.endswith("/constants.pkl") or "/code/" in n for n in names):
@@ -91,8 +90,9 @@ def open_model_file(path: str) -> tuple[str, Any]:
             pickled = next((n for n in names if n.endswith("/data.pkl")), None)
             try:
                 lightning = pickled is not None and LIGHTNING_KEY.encode() in archive.read(pickled)
-            except (zipfile.BadZipFile, OSError, EOFError) as err:
-                raise WeightsError(f"{path}: a damaged zip archive ({err}); the file is truncated or corrupt") from err
+            except Exception as err:  # noqa: BLE001 - zipfile raises many types for a damaged archive
+                raise WeightsError(f"{path}: a damaged zip archive ({type(err).__name__}: {err}); the file is "
+                                   f"truncated or corrupt") from err
             if lightning:
                 return "lightning", None
     obj = _torch_load(path)
@@ -109,10 +109,119 @@ def file_kind(path: str) -> str:
 def _check_exists(path: str) -> None:
     refuse_remote(path, "weights")
     if not os.path.isfile(path):
-        raise FileNotFoundError(f"model file {path} not found")
+        raise MissingPath(f"model file {path} not found")
+
+
+def _zipped(path: str) -> bool:
+    """Whether `path` is a zip archive (torch.save's format): its first bytes, or a zip directory at its end."""
+    with open(path, "rb") as f:
+        if f.read(4) == b"PK\x03\x04":
+            return True
+    try:
+        return zipfile.is_zipfile(path)
+    except Exception as err:  # noqa: BLE001 - is_zipfile itself raises on some damaged directories
+        raise WeightsError(f"{path}: a damaged zip archive ({type(err).__name__}: {err}); the file is truncated or "
+                           f"corrupt") from err
+
+
+def _open_archive(path: str) -> zipfile.ZipFile:
+    """The zip archive at `path` once every entry it lists lies within the file: torch's reader allocates each
+    record at the size the archive's directory states, so a corrupt size must not reach it."""
+    size = os.path.getsize(path)
+    try:
+        archive = zipfile.ZipFile(path)
+        infos = archive.infolist()
+    except Exception as err:  # noqa: BLE001 - zipfile raises many types (BadZipFile, ValueError, struct.error, ...)
+        raise WeightsError(f"{path}: a damaged zip archive ({type(err).__name__}: {err}); the file is truncated or "
+                           f"corrupt") from err
+    for info in infos:
+        if info.header_offset + info.compress_size > size or info.file_size > size:
+            archive.close()
+            raise WeightsError(f"{path}: zip entry {info.filename!r} claims {info.file_size:,} bytes at offset "
+                               f"{info.header_offset:,}, beyond the file's {size:,} bytes; the file is truncated or "
+                               f"corrupt")
+    return archive
+
+
+#: torch's legacy (pre-1.6, not zip) format starts with this number, pickled
+_LEGACY_MAGIC = 0x1950A86A20F9469CFC6C
+#: bytes per element of the legacy storage types (`torch FloatStorage` -> Float)
+_STORAGE_BYTES = {"Double": 8, "Float": 4, "Half": 2, "BFloat16": 2, "Long": 8, "Int": 4, "Short": 2, "Char": 1,
+                  "Byte": 1, "Bool": 1, "ComplexFloat": 8, "ComplexDouble": 16}
+
+
+def _legacy_storage_bytes(f) -> int:
+    """The bytes the storages of a legacy torch file add up to, as its main pickle states them (the element count of
+    each `("storage", type, key, location, numel, ...)` persistent id), read by walking the pickle's opcodes with a
+    stack of plain values: nothing is built or imported. torch's legacy loader allocates each storage at that size
+    before it reads the file's data."""
+    for _ in range(3):  # the magic number, the protocol version, the system's sizes
+        for _ in pickletools.genops(f):
+            pass
+    stack: list = []
+    marks: list[int] = []
+    memo: dict = {}
+    total = 0
+    for op, arg, _ in pickletools.genops(f):
+        if op.name == "MARK":
+            marks.append(len(stack))
+            continue
+        if op.name in ("PUT", "BINPUT", "LONG_BINPUT", "MEMOIZE"):
+            memo[len(memo) if arg is None else arg] = stack[-1]
+            continue
+        if op.name in ("GET", "BINGET", "LONG_BINGET"):
+            stack.append(memo.get(arg))
+            continue
+        if pickletools.markobject in op.stack_before:
+            start = marks.pop()
+            items = stack[start:]
+            del stack[start:]
+            before = op.stack_before.index(pickletools.markobject)
+        else:
+            items, before = None, len(op.stack_before)
+        popped = stack[len(stack) - before:] if before else []
+        del stack[len(stack) - before:]
+        value = arg if not op.stack_before and len(op.stack_after) == 1 else None
+        if op.name == "TUPLE":
+            value = tuple(items)
+        elif op.name in ("TUPLE1", "TUPLE2", "TUPLE3", "EMPTY_TUPLE"):
+            value = tuple(popped)
+        elif op.name == "BINPERSID":
+            pid = popped[0]
+            if isinstance(pid, tuple) and len(pid) >= 5 and pid[0] == "storage" and isinstance(pid[4], int):
+                kind = str(pid[1]).rsplit(" ", 1)[-1].replace("Storage", "")
+                total += pid[4] * _STORAGE_BYTES.get(kind, 1)
+        stack.extend([value] * len(op.stack_after))
+    return total
+
+
+def check_torch_file(path: str) -> None:
+    """Before `torch.load`, no size the file states may exceed the file: a zip archive (what torch.save writes)
+    whose entries claim more than the file holds, or a legacy file whose storages add up to more than it holds, is
+    refused (WeightsError naming the file)."""
+    if _zipped(path):
+        _open_archive(path).close()
+        return
+    size = os.path.getsize(path)
+    with open(path, "rb") as f:
+        try:
+            first = next(pickletools.genops(f), (None, None, None))
+            if first[0] is None or first[0].name != "PROTO":
+                return
+            magic = next(pickletools.genops(f), (None, None, None))[1]
+            if magic != _LEGACY_MAGIC:
+                return
+            f.seek(0)
+            claimed = _legacy_storage_bytes(f)
+        except Exception:  # noqa: BLE001 - a pickle this walk cannot follow: torch.load itself will say what it is
+            return
+    if claimed > size:
+        raise WeightsError(f"{path}: a legacy torch file whose storages claim {claimed:,} bytes, more than the file's "
+                           f"{size:,}; the file is truncated or corrupt")
 
 
 def _torch_load(path: str) -> Any:
+    check_torch_file(path)
     try:
         return torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as err:
@@ -124,10 +233,11 @@ def _torch_load(path: str) -> Any:
                 f"saved with torch.save(model): save torch.save(model.state_dict(), ...) instead"
             ) from err
         raise WeightsError(f"{path}: not a file torch.save wrote ({text.splitlines()[0]})") from err
-    except (RuntimeError, EOFError, OSError, zipfile.BadZipFile, ValueError) as err:
+    except Exception as err:  # noqa: BLE001 - torch's readers raise many types (IndexError, KeyError, ...) on a corrupt file
         first = str(err).splitlines()[0] if str(err) else type(err).__name__
         raise WeightsError(
-            f"{path}: cannot be read by torch.load ({first}); the file is truncated or corrupt, or not a torch file"
+            f"{path}: cannot be read by torch.load ({type(err).__name__}: {first}); the file is truncated or "
+            f"corrupt, or not a torch file"
         ) from err
 
 

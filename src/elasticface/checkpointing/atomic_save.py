@@ -1,7 +1,12 @@
-"""Checkpoint writes that a `kill -9` or a full disk cannot turn into a broken `last.ckpt`."""
+"""Checkpoint writes that a `kill -9` or a full disk cannot turn into a broken `last.ckpt`.
+
+A write that finds the disk full (ENOSPC, or EDQUOT: over quota) removes its temporary file, leaves the previous
+checkpoint as it was, and raises `DiskFull`, a user's error: one line naming the file and "no space left".
+"""
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import tempfile
@@ -12,11 +17,42 @@ import torch
 from lightning_fabric.plugins.io.torch_io import TorchCheckpointIO
 
 from elasticface.untrusted import read_checkpoint
+from elasticface.utils.errors import UserError
 from elasticface.utils.lightning_private import is_local_path
 
 log = logging.getLogger(__name__)
 
 TEMP_SUFFIX = ".tmp"
+#: the errors of a write that did not fit: no space left on the device, the disk quota exceeded
+DISK_FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
+
+
+class DiskFull(UserError, OSError):
+    """A checkpoint that did not fit on its disk: the previous one is unchanged, the partial write removed."""
+
+    def __init__(self, path: str | os.PathLike, cause: OSError) -> None:
+        target = Path(path)
+        where = "under the disk quota" if cause.errno == errno.EDQUOT else "on the device"
+        kept = f"the previous {target.name} kept whole" if target.exists() else "the checkpoints before it unchanged"
+        message = (f"{target}: no space left {where} to write this checkpoint (the partial write is removed, {kept}); "
+                   f"free space in {target.parent} or give the run a bigger disk (hydra.run.dir=...), then resume it "
+                   f"with resume=auto")
+        super().__init__(cause.errno, message, str(target))
+
+    def __str__(self) -> str:
+        return str(self.strerror)
+
+
+def disk_full_cause(exc: BaseException | None) -> OSError | None:
+    """The OSError ENOSPC / EDQUOT behind `exc` (itself, or along its causes: torch.save reports a failed write as
+    a RuntimeError whose context is the OSError), or None."""
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if isinstance(exc, OSError) and exc.errno in DISK_FULL_ERRNOS:
+            return exc
+        exc = exc.__cause__ or exc.__context__
+    return None
 
 
 def _umask() -> int:
@@ -80,6 +116,9 @@ class AtomicCheckpointIO(TorchCheckpointIO):
                 handle.flush()
                 os.fsync(handle.fileno())
             os.replace(tmp, target)
-        except BaseException:
+        except BaseException as exc:
             Path(tmp).unlink(missing_ok=True)
+            full = disk_full_cause(exc) if isinstance(exc, Exception) else None
+            if full is not None and not isinstance(exc, DiskFull):
+                raise DiskFull(target, full) from exc
             raise

@@ -16,6 +16,7 @@ from typing import Any
 
 from elasticface.untrusted import read_checkpoint
 from elasticface.utils.remote import refuse_remote
+from elasticface.utils.errors import BadValue, MissingPath
 
 log = logging.getLogger(__name__)
 
@@ -44,14 +45,14 @@ def resolve(resume: str | None, ckpt_path: str | None, output_dir: Path,
             checkpoint_dir: Path) -> tuple[str | None, dict[str, Any] | None]:
     """(checkpoint to resume from, summary of a finished run to return instead of training)."""
     if resume not in RESUME_CHOICES:
-        raise ValueError(f"resume={resume!r}: expected null (train as told) or auto (skip finished, continue "
+        raise BadValue(f"resume={resume!r}: expected null (train as told) or auto (skip finished, continue "
                          "unfinished runs in this output directory); to continue a given file use ckpt_path=<file>")
     if ckpt_path is not None:
         special = str(ckpt_path) in ("last", "best", "hpc")
         if not special:
             refuse_remote(ckpt_path, "ckpt_path")
             if not os.path.isfile(ckpt_path):
-                raise FileNotFoundError(f"ckpt_path={ckpt_path}: no such checkpoint file")
+                raise MissingPath(f"ckpt_path={ckpt_path}: no such checkpoint file")
             read_checkpoint(ckpt_path, mmap=True)  # refused before the run builds or writes anything
         return str(ckpt_path), None
     if resume != "auto":

@@ -10,6 +10,7 @@ from pytorch_lightning.callbacks import ModelCheckpoint
 from elasticface.checkpointing.atomic_save import remove_stale_temporaries
 from elasticface.checkpointing.state_key_once import StateKeyOnce
 from elasticface.utils.lightning_private import checkpoint_state_key, every_n_train_steps, save_checkpoint_now
+from elasticface.utils.errors import BadValue
 
 
 # Why not ModelCheckpoint(monitor="val/acc_mean", save_last=True) (Lightning 2.6): it writes last.ckpt only
@@ -21,9 +22,9 @@ class RunCheckpoint(StateKeyOnce, ModelCheckpoint):
     def __init__(self, dirpath: str, every_n_steps: int = 1000, keep: int = 3,
                  filename: str = "step{step:07d}", **kwargs: Any) -> None:
         if every_n_steps < 1:
-            raise ValueError(f"checkpoint.every_n_steps={every_n_steps}: must be >= 1")
+            raise BadValue(f"checkpoint.every_n_steps={every_n_steps}: must be >= 1")
         if keep < 1:
-            raise ValueError(f"checkpoint.keep={keep}: must be >= 1 (the newest resumable checkpoints kept)")
+            raise BadValue(f"checkpoint.keep={keep}: must be >= 1 (the newest resumable checkpoints kept)")
         super().__init__(dirpath=dirpath, filename=filename, monitor="step", mode="max", save_top_k=keep,
                          save_last=True, every_n_train_steps=every_n_steps, auto_insert_metric_name=False,
                          save_on_train_epoch_end=False, **kwargs)

@@ -5,7 +5,8 @@
     elasticface-align photos/ faces/ --landmarks pts.txt    # landmarks from a file (.txt / .csv / .npy): no detector
     elasticface-align photos/ faces/ --fallback             # a benchmark: every photo kept, even without a face found
 
-Rerunning the same command resumes. See docs/align.md.
+Rerunning the same command resumes. OUT may hold other files, but a face is never written over a file that no
+earlier run wrote (refused, exit 2) unless `--overwrite`. See docs/align.md.
 """
 
 from __future__ import annotations
@@ -45,8 +46,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--weights-dir", help="folder with MTCNN's pnet.pt, rnet.pt, onet.pt "
                                               "(default: the installed facenet-pytorch 2.6.0 wheel's)")
     parser.add_argument("--progress", action=argparse.BooleanOptionalAction, default=True)
+    parser.add_argument("--overwrite", action=argparse.BooleanOptionalAction, default=False,
+                        help="write faces over files in OUT that no earlier run wrote (default: refuse)")
     args = parser.parse_args(key_value_args(sys.argv[1:] if argv is None else argv,
-                                            flags=("all-faces", "progress", "fallback")))
+                                            flags=("all-faces", "progress", "fallback", "overwrite")))
     start(parser.prog, [])
     from elasticface.align.detector import MTCNNDetector
     from elasticface.align.folder import align_folder, format_align_summary
@@ -60,8 +63,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         summary = align_folder(args.src, args.out, detector, args.landmarks, args.all_faces, args.pick,
                                args.batch_size, args.image_size, args.max_pixels, args.progress,
-                               fallback=args.fallback)
-    except (FileNotFoundError, NotADirectoryError, ValueError) as exc:
+                               fallback=args.fallback, overwrite=args.overwrite)
+    except (FileNotFoundError, FileExistsError, NotADirectoryError, ValueError) as exc:
         print(f"elasticface-align: {exc}", file=sys.stderr)
         return 2
     print(format_align_summary(summary, args.out))

@@ -28,6 +28,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--train-photos", type=int, default=None,
                         help="at most this many photos per training person: frontal 1, profile 1, frontal 2, ... "
                              "(default: all 14)")
+    parser.add_argument("--overwrite", action="store_true",
+                        help="write into OUT even if it already holds files (default: refuse)")
     args = parser.parse_args(argv)
     start(parser.prog, [])
     from elasticface.data.cfp_split import split_cfp  # here: --help needs no PIL
@@ -38,7 +40,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ValueError as e:
         parser.error(str(e))
     try:
-        report = split_cfp(args.cfp_dir, args.faces, args.out, splits, args.train_photos)
+        report = split_cfp(args.cfp_dir, args.faces, args.out, splits, args.train_photos,
+                           overwrite=args.overwrite)
     except (FileNotFoundError, FileExistsError, ValueError) as exc:
         print(f"elasticface-cfp-split: {exc}", file=sys.stderr)
         return 2

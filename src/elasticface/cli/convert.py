@@ -8,6 +8,8 @@
     elasticface-convert reindex REC_ROOT                   # rebuild a lost train.idx (im2rec order)
     elasticface-convert lowres FACES OUT_DIR --size 16-32  # the same faces at 16-32 px, blown back to 112
 
+An output that exists is refused (exit 2) unless `--overwrite`: rec2folder's and lowres' OUT_DIR when it holds
+entries, folder2rec's train.rec/.idx/property, pairs2bin's .bin. reindex replaces the index it rebuilds.
 The same command as `python -m elasticface.cli.convert`.
 """
 
@@ -21,6 +23,8 @@ from collections.abc import Sequence
 from elasticface.cli.preflight import start
 from elasticface.cli.version import add_version_argument
 
+OVERWRITE_HELP = "write over existing outputs (default: refuse an output file that exists or a folder with entries)"
+
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="elasticface-convert", description=__doc__.split("\n\n")[0])
@@ -32,10 +36,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--prefix", default="train")
     p.add_argument("--image-size", type=int, default=112)
     p.add_argument("--quality", type=int, default=95)
+    p.add_argument("--overwrite", action="store_true", help=OVERWRITE_HELP)
     p = sub.add_parser("rec2folder", help="train.rec/.idx -> OUT_DIR/<label>/<key>.jpg")
     p.add_argument("rec_root")
     p.add_argument("out_dir")
     p.add_argument("--prefix", default="train")
+    p.add_argument("--overwrite", action="store_true", help=OVERWRITE_HELP)
     p = sub.add_parser("pairs2bin", help="pairs list ('path1 path2 0|1', LFW's pairs.txt or CFP's split folder) "
                                          "-> insightface .bin")
     p.add_argument("pairs_file", help="'path1 path2 0|1' lines, LFW's pairs.txt (header '10 300', then "
@@ -45,6 +51,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("out_path")
     p.add_argument("--image-size", type=int, default=112)
     p.add_argument("--quality", type=int, default=95)
+    p.add_argument("--overwrite", action="store_true", help=OVERWRITE_HELP)
     p = sub.add_parser("reindex", help="rebuild a missing train.idx by scanning train.rec")
     p.add_argument("rec_root")
     p.add_argument("--prefix", default="train")
@@ -56,21 +63,25 @@ def main(argv: Sequence[str] | None = None) -> int:
                                                    "size of each is drawn from by a hash of its path (16-32)")
     p.add_argument("--seed", type=int, default=0, help="another draw of the sizes")
     p.add_argument("--quality", type=int, default=95)
+    p.add_argument("--overwrite", action="store_true", help=OVERWRITE_HELP)
     args = parser.parse_args(argv)
     start(parser.prog, [])
     from elasticface.data import convert  # here, so that --help answers without importing torch
 
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
     if args.cmd == "folder2rec":
-        out = convert.write_recordio(args.image_root, args.out_dir, args.prefix, args.image_size, args.quality)
+        out = convert.write_recordio(args.image_root, args.out_dir, args.prefix, args.image_size, args.quality,
+                                     overwrite=args.overwrite)
     elif args.cmd == "rec2folder":
-        out = convert.recordio_to_folder(args.rec_root, args.out_dir, args.prefix)
+        out = convert.recordio_to_folder(args.rec_root, args.out_dir, args.prefix, overwrite=args.overwrite)
     elif args.cmd == "pairs2bin":
-        out = convert.pairs_to_bin(args.pairs_file, args.image_root, args.out_path, args.image_size, args.quality)
+        out = convert.pairs_to_bin(args.pairs_file, args.image_root, args.out_path, args.image_size, args.quality,
+                                   overwrite=args.overwrite)
     elif args.cmd == "lowres":
         from elasticface.data.low_resolution import degrade_folder, parse_sizes
 
-        out = degrade_folder(args.faces, args.out_dir, parse_sizes(args.size), args.seed, args.quality)
+        out = degrade_folder(args.faces, args.out_dir, parse_sizes(args.size), args.seed, args.quality,
+                             overwrite=args.overwrite)
     else:
         out = {"records": convert.rebuild_index(args.rec_root, args.prefix)}
     print(" ".join(f"{k}={v}" for k, v in out.items()))

@@ -10,6 +10,9 @@ Writes a `.npy` (float32 [N, D]) and beside it a `.txt` index of the relative im
 ``--align`` runs `elasticface-align` on the photos first (faces go to ``--aligned-dir``, by default the output's
 name with ``_faces``; rerunning resumes) and embeds those faces; photos without a face are reported, not embedded.
 
+An output that exists (the .npy or its .txt) is refused (exit 2) unless ``--overwrite``; ``--align`` resumes in its
+folder as `elasticface-align` does.
+
 ``--weights`` takes any model file, its type detected (``--ckpt`` and ``--model`` are the same option).
 The same command as `python -m elasticface.cli.embed`.
 """
@@ -17,12 +20,14 @@ The same command as `python -m elasticface.cli.embed`.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 
 from elasticface.cli.arguments import add_model_file_arguments, key_value_args
 from elasticface.cli.preflight import start
 from elasticface.cli.version import add_version_argument
+from elasticface.utils.output_paths import refuse_existing_files
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -48,23 +53,27 @@ def main(argv: Sequence[str] | None = None) -> int:
                              "(default 4096x4096)")
     parser.add_argument("--allow-torchscript", action=argparse.BooleanOptionalAction, default=False,
                         help="open a TorchScript model file (a program: it runs the code it holds)")
+    parser.add_argument("--overwrite", action=argparse.BooleanOptionalAction, default=False,
+                        help="replace the output .npy and .txt if they exist (default: refuse)")
     args = parser.parse_args(key_value_args(sys.argv[1:] if argv is None else argv,
-                                            flags=("flip", "normalize", "resize", "allow-torchscript", "align")))
+                                            flags=("flip", "normalize", "resize", "allow-torchscript", "align",
+                                                   "overwrite")))
     start(parser.prog, [])
     if args.weights is None:
         parser.error("give the model file: --weights <.ckpt | backbone .pth/.pt | TorchScript | .onnx>")
+    stem, suffix = os.path.splitext(args.out)
+    refuse_existing_files([args.out if suffix == ".npy" else args.out + ".npy", stem + ".txt"], args.overwrite)
     from elasticface.eval.embed import embed_folder, load_model_file  # here, so that --help answers without torch
 
     images = args.images
     if args.align:
-        import os
-
         from elasticface.align.detector import MTCNNDetector
         from elasticface.align.folder import align_folder, format_align_summary
         from elasticface.eval.embedding_loop import resolve_device
 
         images = args.aligned_dir or os.path.splitext(args.out)[0] + "_faces"
-        summary = align_folder(args.images, images, lambda: MTCNNDetector(resolve_device(args.device)))
+        summary = align_folder(args.images, images, lambda: MTCNNDetector(resolve_device(args.device)),
+                               overwrite=args.overwrite)
         print(format_align_summary(summary, images))
     model = load_model_file(args.weights, args.device, args.backbone, args.embedding_size, args.allow_torchscript)
     out, index = embed_folder(model, images, args.out, args.batch_size, args.flip, args.normalize,

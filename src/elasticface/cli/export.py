@@ -9,6 +9,7 @@ format follows `--out`'s suffix (.onnx, .pth) or `--format`::
     elasticface-export weights=last.ckpt out=model.onnx   # key=value, as in the Hydra jobs
 
 Every export is checked against the PyTorch model on random inputs of two batch sizes (`elasticface.export`).
+An output file that exists is refused (exit 2) unless `--overwrite`.
 The same command as `python -m elasticface.cli.export`.
 """
 
@@ -22,6 +23,7 @@ from collections.abc import Sequence
 from elasticface.cli.arguments import add_model_file_arguments, key_value_args
 from elasticface.cli.preflight import start
 from elasticface.cli.version import add_version_argument
+from elasticface.utils.output_paths import refuse_existing_files
 
 #: output format by file suffix; other suffixes need --format
 FORMAT_BY_SUFFIX = {".onnx": "onnx", ".pth": "pth"}
@@ -41,7 +43,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--image-size", type=int, default=112)
     parser.add_argument("--atol", type=float, default=1e-3, help="fail when ONNX and PyTorch differ by more")
     parser.add_argument("--check", action=argparse.BooleanOptionalAction, default=True)
-    args = parser.parse_args(key_value_args(sys.argv[1:] if argv is None else argv, flags=("check",)))
+    parser.add_argument("--overwrite", action=argparse.BooleanOptionalAction, default=False,
+                        help="replace --out (and --torchscript) if it exists (default: refuse)")
+    args = parser.parse_args(key_value_args(sys.argv[1:] if argv is None else argv, flags=("check", "overwrite")))
     start(parser.prog, [])
     if args.weights is None:
         parser.error("give the model file: --weights <Lightning .ckpt | backbone state_dict .pth/.pt>")
@@ -52,6 +56,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     out = args.out or os.path.splitext(args.weights)[0] + SUFFIX_BY_FORMAT[fmt]
     if os.path.abspath(out) == os.path.abspath(args.weights):
         parser.error(f"--out {out} is the input file; choose another name")
+    refuse_existing_files([out, *([args.torchscript] if args.torchscript else [])], args.overwrite)
     from elasticface.export import export_onnx, export_pth, export_torchscript, load_backbone_for_export
 
     model = load_backbone_for_export(args.weights, args.backbone, args.embedding_size, args.image_size)

@@ -22,6 +22,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("out", help="output folder: out/train/<Name>/ and out/lfw_fold<k>.bin")
     parser.add_argument("--test-fold", default="10",
                         help="the held-out fold (default 10), or folds: 6-10 (the wide benchmark), 1,3,5")
+    parser.add_argument("--overwrite", action="store_true",
+                        help="write into OUT even if it already holds files (default: refuse)")
     args = parser.parse_args(argv)
     start(parser.prog, [])
     from elasticface.data.lfw_split import parse_folds, split_lfw, test_set_name  # here: --help needs no PIL
@@ -30,7 +32,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         folds = parse_folds(args.test_fold)
     except ValueError as e:
         parser.error(str(e))
-    report = split_lfw(args.faces, args.pairs, args.out, test_fold=folds)
+    report = split_lfw(args.faces, args.pairs, args.out, test_fold=folds, overwrite=args.overwrite)
     print(" ".join(f"{k}={v}" for k, v in report.items()))
     # the experiment reads <root>/train and <root>/<set>.bin: data.root is the split's folder itself
     experiment = {"lfw_fold10": "lfw_fold10", "lfw_folds6_10": "lfw_folds6_10"}.get(test_set_name(folds))

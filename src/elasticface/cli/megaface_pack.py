@@ -22,11 +22,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--min-probe-photos", type=int, default=10, help="photos a probe person has (default 10)")
     parser.add_argument("--max-probe-photos", type=int, default=40,
                         help="photos of a probe person used, the first by name (default 40)")
+    parser.add_argument("--overwrite", action="store_true",
+                        help="write into OUT even if it already holds files (default: refuse)")
     args = parser.parse_args(argv)
     start(parser.prog, [])
     from elasticface.data.megaface_pack import build_megaface_pack
 
-    counts = build_megaface_pack(args.faces, args.out, args.min_probe_photos, args.max_probe_photos)
+    counts = build_megaface_pack(args.faces, args.out, args.min_probe_photos, args.max_probe_photos,
+                                 overwrite=args.overwrite)
     print(" ".join(f"{k}={v}" for k, v in counts.items()))
     print(f"evaluate: python eval.py weights=<model file> megaface.root={args.out}")
     return 0

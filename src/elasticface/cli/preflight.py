@@ -1,21 +1,26 @@
-"""What every command does before its own work: `--version`, a check that the environment can run it, and the
-quieting of a library's first-run line.
+"""What every command does before its own work: `--version`, a check that the environment can run it, the
+quieting of a library's first-run line, and the contract every command keeps with its user's mistakes.
 
-A problem found here is one line on stderr naming what to install (exit status 2), not a traceback minutes
-into a run: Python or torch older than pyproject.toml states, or a Hydra plugin from an extra that a chosen
-option needs (the cluster launchers, the Optuna sweeper).
+The contract: a mistake of the user's (utils/errors.py's UserError: a path that does not exist, a file that is not
+what its key needs, a value out of range, a key that does not exist) ends in ONE line on stderr,
+`<command>: error: <what>`, exit status 2, no traceback; `ELASTICFACE_TRACEBACK=1` shows its traceback too. Any other
+exception is a defect of the project's and keeps its traceback (exit status 1). A problem found here is one such
+line naming what to install: Python or torch older than pyproject.toml states, or a Hydra plugin from an extra
+that a chosen option needs (the cluster launchers, the Optuna sweeper).
 """
 
 from __future__ import annotations
 
 import logging
 import sys
+import traceback
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from typing import NoReturn
 
 from elasticface.cli.version import version_text
-from elasticface.utils.config import ConfigError
-from elasticface.utils.requirements import MissingRequirement, check_environment, require_module
+from elasticface.utils.errors import UserError, one_line, traceback_wanted, user_error_in
+from elasticface.utils.requirements import check_environment, require_module
 
 #: config choices that run through a Hydra plugin of the `cluster` extra: (group, option) -> (module, package)
 PLUGIN_CHOICES = {
@@ -55,12 +60,26 @@ def start(prog: str, argv: Sequence[str] | None = None) -> None:
         check_plugins(argv)
 
 
+def error_line(prog: str, err: BaseException) -> str:
+    return f"{prog}: error: {one_line(err)}"
+
+
 @contextmanager
 def one_line_errors(prog: str) -> Iterator[None]:
-    """A `MissingRequirement` found inside a job (a CUDA build the config asks for) or a `ConfigError` (a value the
-    job cannot use) as one line, exit status 2."""
+    """A user's mistake raised inside as one line on stderr, exit status 2 (with its traceback first when
+    `ELASTICFACE_TRACEBACK=1`); anything else passes through with its traceback."""
     try:
         yield
-    except (MissingRequirement, ConfigError) as err:
-        print(f"{prog}: error: {err}", file=sys.stderr)
-        raise SystemExit(2) from None
+    except Exception as err:
+        mistake = user_error_in(err)
+        if mistake is None:
+            raise
+        exit_with(prog, mistake)
+
+
+def exit_with(prog: str, err: UserError) -> NoReturn:
+    """The contract's end of a command: the mistake's line on stderr (its traceback first when asked), exit 2."""
+    if traceback_wanted():
+        traceback.print_exception(err)
+    print(error_line(prog, err), file=sys.stderr)
+    raise SystemExit(2) from None

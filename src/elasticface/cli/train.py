@@ -11,30 +11,38 @@ import sys
 import hydra
 from omegaconf import DictConfig
 
+from elasticface.cli.config_rules import TRAIN
 from elasticface.cli.help import answer_group_help
+from elasticface.cli.job_failures import checked_job
+from elasticface.cli.precheck import precheck
 from elasticface.cli.preflight import one_line_errors, start
 from elasticface.cli.resolvers import register_config_code
 from elasticface.finetune.config import with_recipe
 from elasticface.utils.config import config_dir
 
+PROG = "elasticface-train"
 register_config_code()  # before Hydra composes: resolvers (${cwd:}, ${wandb_mode:}, ...) and the head group
 
 
 @hydra.main(version_base="1.3", config_path=str(config_dir()), config_name="train")
 def job(cfg: DictConfig) -> float | None:
-    from elasticface.training import run  # here, so that --help and --cfg job answer without importing torch
+    def train(cfg: DictConfig) -> float | None:
+        from elasticface.training import run  # here, so that --help and --cfg job answer without importing torch
 
-    with one_line_errors("elasticface-train"):
-        summary = run(cfg)
-    return summary["val/acc_mean"]["best"]  # the value an hparams_search sweeper maximises
+        return run(cfg)["val/acc_mean"]["best"]  # the value an hparams_search sweeper maximises
+
+    return checked_job(PROG, cfg, TRAIN, train, failed=float("nan"))
 
 
 def main() -> None:
     """`--version`, the environment checks and `--help <group>` first (Hydra owns `--version` otherwise, and reads
-    a group name as a broken override), then the job; `weights=<file>` selects the fine-tuning recipe."""
-    start("elasticface-train")
-    answer_group_help("elasticface-train")
+    a group name as a broken override), then the command line's keys and values, then the job; `weights=<file>`
+    selects the fine-tuning recipe."""
+    start(PROG)
+    answer_group_help(PROG)
     sys.argv[1:] = with_recipe(sys.argv[1:])
+    with one_line_errors(PROG):
+        precheck("train", sys.argv[1:], TRAIN)
     job()
 
 

@@ -25,6 +25,8 @@ from typing import Callable, Sequence
 from elasticface.data.lfw_split import _aligned_jpeg, protocol_order, write_train_folder
 from elasticface.data.pair_files import write_bin
 from elasticface.data.pair_lists import cfp_folds
+from elasticface.utils.output_paths import refuse_existing
+from elasticface.utils.errors import BadValue, MissingPath
 
 PROTOCOLS = ("FP", "FF")
 
@@ -56,37 +58,39 @@ def photo_order(photos: Sequence[Path]) -> list[Path]:
 
 def split_cfp(cfp_dir: str | Path, faces: str | Path, out: str | Path, test_splits: Sequence[int] = range(6, 11),
               train_photos: int | None = None, image_size: int = 112,
-              say: Callable[[str], None] = _say) -> dict[str, int]:
+              say: Callable[[str], None] = _say, overwrite: bool = False) -> dict[str, int]:
     """Write `out/train/<id>/` (people of the splits not in `test_splits`; with `train_photos`, at most that many
     photos each, `photo_order`'s first) and one .bin per protocol with the test splits' pairs.
 
     The people of each split are read off the protocol's own photo lists, so the split is identity-disjoint by
     construction; a training person also named by a test split is left out and counted. A test pair whose aligned
     photo is missing is left out, named and counted (then the .bin is not the protocol's pairs), as is a training
-    photo without an aligned face.
+    photo without an aligned face. An `out` that holds entries is refused unless `overwrite`; a person named by
+    the protocol whose folder would land outside `out/train` is refused.
     """
     cfp_dir, faces, out = Path(cfp_dir), Path(faces), Path(out)
     images_dir = cfp_dir / "Data" / "Images"
     for needed in (images_dir, *(cfp_dir / "Protocol" / "Split" / p for p in PROTOCOLS)):
         if not needed.is_dir():
-            raise FileNotFoundError(f"{needed}: not a folder; expected CFP's dataset folder (Protocol/Split/FP, "
+            raise MissingPath(f"{needed}: not a folder; expected CFP's dataset folder (Protocol/Split/FP, "
                                     f"Protocol/Split/FF, Data/Images)")
     if not faces.is_dir():
-        raise FileNotFoundError(f"{faces}: not a folder; expected CFP's photos aligned in Data/Images' layout "
+        raise MissingPath(f"{faces}: not a folder; expected CFP's photos aligned in Data/Images' layout "
                                 f"(elasticface-align {images_dir} {faces} --fallback)")
     if train_photos is not None and train_photos < 1:
-        raise ValueError(f"--train-photos={train_photos}: expected at least 1 photo per training person")
+        raise BadValue(f"--train-photos={train_photos}: expected at least 1 photo per training person")
+    refuse_existing(out, overwrite)
 
     folds: dict[str, list[list[tuple[str, str, bool]]]] = {}
     for protocol in PROTOCOLS:
         lost: list[str] = []
         folds[protocol] = cfp_folds(str(cfp_dir / "Protocol" / "Split" / protocol), str(images_dir), lost)
         if lost:
-            raise FileNotFoundError(f"{lost[0]}: the dataset's own photo is missing (is {cfp_dir} complete?)")
+            raise MissingPath(f"{lost[0]}: the dataset's own photo is missing (is {cfp_dir} complete?)")
     count = len(folds["FP"])
     test = sorted(set(test_splits))
     if not test or not all(1 <= k <= count for k in test) or len(test) == count:
-        raise ValueError(f"test splits {list(test_splits)}: CFP has splits 1..{count}; expected some of them, not all "
+        raise BadValue(f"test splits {list(test_splits)}: CFP has splits 1..{count}; expected some of them, not all "
                          f"(the others train)")
 
     def person(path: str) -> str:
@@ -116,7 +120,7 @@ def split_cfp(cfp_dir: str | Path, faces: str | Path, out: str | Path, test_spli
             images += [_aligned_jpeg(p, image_size) for p in aligned]
             issame.append(pairs[i][2])
         if not issame:
-            raise FileNotFoundError(f"{faces}: not one of {name}'s {len(pairs)} pairs has both aligned photos; align "
+            raise MissingPath(f"{faces}: not one of {name}'s {len(pairs)} pairs has both aligned photos; align "
                                     f"CFP's photos first (elasticface-align {images_dir} {faces} --fallback)")
         dropped = len(pairs) - len(issame)
         if dropped:
@@ -129,7 +133,8 @@ def split_cfp(cfp_dir: str | Path, faces: str | Path, out: str | Path, test_spli
     copied, without = write_train_folder(
         out, train_people, lambda who: photo_order(list((faces / who).glob("*/*.jpg")))[:train_photos],
         lambda photo: f"{photo.parent.name}_{photo.name}",
-        lambda who: f"{faces / who}: no aligned face of training person {who}", say)
+        lambda who: f"{faces / who}: no aligned face of training person {who}", say, overwrite,
+        str(cfp_dir / "Protocol"))
     for name, (images, issame) in bins.items():
         write_bin(str(out / f"{name}.bin"), images, issame)
     return {"train_identities": len(train_people) - without, "train_images": copied,

@@ -30,6 +30,7 @@ from elasticface.data.pairs import PairSet
 from elasticface.data.transforms import BatchAugment, normalize, random_hflip, resize
 from elasticface.utils.seeding import stream_seed
 from elasticface.utils.threads import allowed_cores
+from elasticface.utils.errors import BadValue
 
 log = logging.getLogger(__name__)
 # torchdata 0.11 calls a torch API that torch 2.14 deprecated, once per loader: noise, not a user problem
@@ -66,7 +67,7 @@ def loader_workers(setting: int | str, processes: int = 1) -> int:
     if setting == "auto":
         return max(1, min(MAX_AUTO_WORKERS, allowed_cores() // max(1, int(processes))))
     if isinstance(setting, bool) or not isinstance(setting, int) or setting < 0:
-        raise ValueError(f"data.num_workers={setting!r}: expected auto or a count >= 0 (0 loads in the training "
+        raise BadValue(f"data.num_workers={setting!r}: expected auto or a count >= 0 (0 loads in the training "
                          "process)")
     return setting
 
@@ -82,7 +83,7 @@ def check_people_disjoint(train_set: Any, val_sets: dict[str, PairSet]) -> None:
             continue
         both = sorted(trained & {os.path.basename(os.path.dirname(path)) for path in images})
         if both:
-            raise ValueError(f"{getattr(pairs, 'source', None) or name}: names {len(both)} people the training folder "
+            raise BadValue(f"{getattr(pairs, 'source', None) or name}: names {len(both)} people the training folder "
                              f"holds too ({', '.join(both[:3])}{', ...' if len(both) > 3 else ''}): verification must "
                              "be on people never trained on; split the folder by person (elasticface-lfw-split, "
                              "elasticface-cfp-split) or remove them from one side")
@@ -131,11 +132,11 @@ class FaceDataModule(pl.LightningDataModule):
     ) -> None:
         super().__init__()
         if batch_size < 1:
-            raise ValueError(f"data.batch_size={batch_size}: must be >= 1")
+            raise BadValue(f"data.batch_size={batch_size}: must be >= 1")
         if val_batch_size < 1:
-            raise ValueError(f"data.val_batch_size={val_batch_size}: must be >= 1")
+            raise BadValue(f"data.val_batch_size={val_batch_size}: must be >= 1")
         if image_size is not None and image_size < 8:
-            raise ValueError(f"data.image_size={image_size}: must be >= 8 pixels, or null to keep the data's size")
+            raise BadValue(f"data.image_size={image_size}: must be >= 8 pixels, or null to keep the data's size")
         self.image_size = image_size
         self.train_factory = train_dataset
         self.val_factory = val_sets
@@ -172,13 +173,13 @@ class FaceDataModule(pl.LightningDataModule):
     def check_train_set(self, dataset: FaceDataset) -> None:
         size = len(dataset)
         if self.drop_last and self.batch_size > size:
-            raise ValueError(
+            raise BadValue(
                 f"data.batch_size={self.batch_size} does not fit the data: the training set has only {size} images "
                 "(lower data.batch_size or set data.drop_last=false)"
             )
         found = int(dataset.num_classes)
         if self.expected_num_classes is not None and self.expected_num_classes != found:
-            raise ValueError(f"data.num_classes={self.expected_num_classes} but the training data has {found} classes")
+            raise BadValue(f"data.num_classes={self.expected_num_classes} but the training data has {found} classes")
 
     @property
     def num_classes(self) -> int:

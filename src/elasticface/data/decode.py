@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 from PIL import Image
+from elasticface.utils.errors import BadFile, BadValue
 
 log = logging.getLogger(__name__)
 
@@ -31,7 +32,7 @@ _JPEG_SOF = frozenset({0xC0, 0xC1, 0xC2, 0xC3, 0xC5, 0xC6, 0xC7, 0xC9, 0xCA, 0xC
 MAX_PIXELS = 4096 * 4096
 
 
-class CorruptImageError(ValueError):
+class CorruptImageError(BadFile, ValueError):
     """The bytes are not an image that any available decoder can read."""
 
 
@@ -44,7 +45,7 @@ def check_max_pixels(max_pixels: int | None) -> int:
     if max_pixels is None:
         return MAX_PIXELS
     if isinstance(max_pixels, bool) or not isinstance(max_pixels, int) or max_pixels < 1:
-        raise ValueError(f"max_pixels={max_pixels!r}: expected a positive number of pixels, or null for the "
+        raise BadValue(f"max_pixels={max_pixels!r}: expected a positive number of pixels, or null for the "
                          f"default {MAX_PIXELS:,}")
     return max_pixels
 
@@ -91,7 +92,7 @@ class DecodeStats:
 
 def _check_decoder(decoder: str) -> str:
     if decoder not in DECODERS:
-        raise ValueError(f"unknown decoder '{decoder}'; expected one of {DECODERS}")
+        raise BadValue(f"unknown decoder '{decoder}'; expected one of {DECODERS}")
     # DALI decodes on the GPU inside its own pipeline (elasticface.data.dali); per-item access
     # (labels, debugging, validation) still needs a CPU decoder, so use the fast CPU one.
     return "torchvision" if decoder == "dali" else decoder
@@ -231,7 +232,7 @@ def encode_jpeg(img: np.ndarray | torch.Tensor, quality: int = 95) -> bytes:
         img = img.permute(1, 2, 0).cpu().numpy()
     arr = np.asarray(img)
     if arr.dtype != np.uint8:
-        raise ValueError(f"expected a uint8 image, got {arr.dtype}")
+        raise BadValue(f"expected a uint8 image, got {arr.dtype}")
     buf = io.BytesIO()
     Image.fromarray(arr).save(buf, format="JPEG", quality=quality)
     return buf.getvalue()

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 from typing import Any, NamedTuple
+from elasticface.utils.errors import BadValue
 
 log = logging.getLogger(__name__)
 
@@ -41,7 +42,7 @@ class TooManyCorruptRecords(RuntimeError):
 class FaultLedger:
     def __init__(self, max_corrupt: int = 10) -> None:
         if max_corrupt < 0:
-            raise ValueError(f"max_corrupt={max_corrupt}: must be >= 0")
+            raise BadValue(f"max_corrupt={max_corrupt}: must be >= 0")
         self.max_corrupt = int(max_corrupt)
         self.records: dict[tuple[str, str], str] = {}
         self.small_batches = 0

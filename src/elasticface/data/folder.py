@@ -20,6 +20,7 @@ from torch.utils.data import Dataset
 from elasticface.data.decode import CorruptImageError, DecodeStats, check_max_pixels, decode_image, resize_uint8
 from elasticface.data.faults import DroppedRecord
 from elasticface.data.pairs import PairSet
+from elasticface.utils.errors import BadValue, MissingPath
 
 log = logging.getLogger(__name__)
 
@@ -34,10 +35,10 @@ def scan_image_folder(
     exts = tuple(e.lower() for e in extensions)
     layout = LAYOUT.format(root=root, ext=f" ({', '.join(exts)})")
     if not os.path.isdir(root):
-        raise FileNotFoundError(f"image folder {root} not found; {layout}")
+        raise MissingPath(f"image folder {root} not found; {layout}")
     classes = sorted(e.name for e in os.scandir(root) if e.is_dir() and not e.name.startswith("."))
     if not classes:
-        raise ValueError(f"image folder {root} has no identity sub-folders; {layout}")
+        raise BadValue(f"image folder {root} has no identity sub-folders; {layout}")
     paths: list[str] = []
     labels: list[int] = []
     empty: list[str] = []
@@ -49,7 +50,7 @@ def scan_image_folder(
         paths.extend(os.path.join(folder, f) for f in files)
         labels.extend([label] * len(files))
     if not paths:
-        raise ValueError(f"image folder {root} has {len(classes)} identity folders but no images; {layout}")
+        raise BadValue(f"image folder {root} has {len(classes)} identity folders but no images; {layout}")
     if empty:
         log.warning(
             "%s: %d identity folder(s) hold no images (e.g. %s); their labels stay reserved",
@@ -72,7 +73,7 @@ def scan_image_folders(
     for root, (other, _, _) in zip(roots[1:], scans[1:]):
         if other != classes:
             lacking = sorted(set(classes) ^ set(other))
-            raise ValueError(
+            raise BadValue(
                 f"image folders {roots[0]} and {root} must hold the same people (one identity folder each, the "
                 f"same names), but {len(lacking)} are in only one of them ({', '.join(lacking[:5])}"
                 f"{', ...' if len(lacking) > 5 else ''}); give data.train_dataset.root one folder, or folders of "
@@ -104,13 +105,13 @@ class ImageFolderFaces(Dataset):
     ) -> None:
         self.roots = [str(root)] if isinstance(root, (str, os.PathLike)) else [str(r) for r in root]
         if not self.roots:
-            raise ValueError("data.train_dataset.root=[]: expected an image folder or a list of them")
+            raise BadValue("data.train_dataset.root=[]: expected an image folder or a list of them")
         self.root = " + ".join(self.roots)
         self.max_pixels = check_max_pixels(max_pixels)
         self.classes, self.paths, self.labels = scan_image_folders(self.roots, extensions)
         self.num_classes = len(self.classes)
         if num_classes is not None and int(num_classes) != self.num_classes:
-            raise ValueError(
+            raise BadValue(
                 f"num_classes={num_classes} was requested but {self.root} has {self.num_classes} identity folders"
             )
         self.max_corrupt = int(max_corrupt)
@@ -148,7 +149,7 @@ class ImageFolderFaces(Dataset):
 def list_images(root: str, extensions: Sequence[str] = IMAGE_EXTENSIONS) -> list[str]:
     """Image files anywhere under `root`, as sorted paths relative to it."""
     if not os.path.isdir(root):
-        raise FileNotFoundError(f"image folder {root} is not a directory")
+        raise MissingPath(f"image folder {root} is not a directory")
     exts = tuple(e.lower() for e in extensions)
     found = [
         os.path.relpath(os.path.join(dirpath, f), root)
@@ -157,7 +158,7 @@ def list_images(root: str, extensions: Sequence[str] = IMAGE_EXTENSIONS) -> list
         if f.lower().endswith(exts)
     ]
     if not found:
-        raise FileNotFoundError(f"no images ({', '.join(exts)}) under {root}")
+        raise MissingPath(f"no images ({', '.join(exts)}) under {root}")
     return sorted(found)
 
 
@@ -185,7 +186,7 @@ class ImageFiles(Dataset):
             raise type(exc)(f"{path}: {exc}") from exc
         if img.shape[1:] != (self.image_size, self.image_size):
             if not self.resize:
-                raise ValueError(
+                raise BadValue(
                     f"{path}: image is {img.shape[2]}x{img.shape[1]}; expected aligned "
                     f"{self.image_size}x{self.image_size} faces (pass --resize to resize)"
                 )

@@ -26,6 +26,8 @@ from typing import Callable, Iterable, Sequence
 from PIL import Image
 
 from elasticface.data.pair_files import write_bin
+from elasticface.utils.output_paths import inside, refuse_existing
+from elasticface.utils.errors import BadValue, MissingPath
 
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png")
 
@@ -53,11 +55,11 @@ def read_lfw_pairs(path: str | Path) -> list[list[LfwPair]]:
     path = Path(path)
     lines = [line.split() for line in path.read_text().splitlines() if line.strip()]
     if not lines or len(lines[0]) != 2 or not all(v.isdigit() for v in lines[0]):
-        raise ValueError(f"{path}: line 1 is {' '.join(lines[0]) if lines else 'missing'!r}; expected "
+        raise BadValue(f"{path}: line 1 is {' '.join(lines[0]) if lines else 'missing'!r}; expected "
                          f"'<folds> <pairs per class>' as LFW's '10 300'")
     folds, per_class = int(lines[0][0]), int(lines[0][1])
     if len(lines) - 1 != folds * 2 * per_class:
-        raise ValueError(f"{path}: {len(lines) - 1} pair lines; the header '{folds} {per_class}' means "
+        raise BadValue(f"{path}: {len(lines) - 1} pair lines; the header '{folds} {per_class}' means "
                          f"{folds * 2 * per_class} ({folds} folds x {per_class} matched + {per_class} mismatched)")
     out: list[list[LfwPair]] = []
     for fold in range(folds):
@@ -67,7 +69,7 @@ def read_lfw_pairs(path: str | Path) -> list[list[LfwPair]]:
             parts, matched = lines[lineno - 1], k < per_class
             expected = "name n1 n2" if matched else "name1 n1 name2 n2"
             if len(parts) != (3 if matched else 4) or not _numbers_ok(parts, matched):
-                raise ValueError(f"{path}:{lineno}: {' '.join(parts)!r}; fold {fold + 1}'s "
+                raise BadValue(f"{path}:{lineno}: {' '.join(parts)!r}; fold {fold + 1}'s "
                                  f"{'matched' if matched else 'mismatched'} pairs are lines '{expected}'")
             if matched:
                 pairs.append(LfwPair(parts[0], int(parts[1]), parts[0], int(parts[2])))
@@ -92,7 +94,7 @@ def _aligned_jpeg(path: Path, image_size: int) -> bytes:
     with Image.open(path) as img:
         size, fmt = img.size, img.format
     if size != (image_size, image_size) or fmt != "JPEG":
-        raise ValueError(f"{path}: a {size[0]}x{size[1]} {fmt}; expected a {image_size}x{image_size} aligned JPEG "
+        raise BadValue(f"{path}: a {size[0]}x{size[1]} {fmt}; expected a {image_size}x{image_size} aligned JPEG "
                          f"(elasticface-align writes them)")
     return path.read_bytes()
 
@@ -138,14 +140,14 @@ def parse_folds(text: str, option: str = "--test-fold") -> list[int]:
             lo, _, hi = part.partition("-")
             folds += list(range(int(lo), int(hi or lo) + 1))
     except ValueError:
-        raise ValueError(f"{option}={text!r}: expected a fold (10), a range (6-10) or a list (1,3,5)") from None
+        raise BadValue(f"{option}={text!r}: expected a fold (10), a range (6-10) or a list (1,3,5)") from None
     if not folds or len(set(folds)) != len(folds):
-        raise ValueError(f"{option}={text!r}: expected distinct folds, at least one")
+        raise BadValue(f"{option}={text!r}: expected distinct folds, at least one")
     return folds
 
 
 def split_lfw(faces: str | Path, pairs_file: str | Path, out: str | Path, test_fold: int | Sequence[int] = 10,
-              image_size: int = 112, say: Callable[[str], None] = _say) -> dict[str, int]:
+              image_size: int = 112, say: Callable[[str], None] = _say, overwrite: bool = False) -> dict[str, int]:
     """Write `out/train/<Name>/` (the people of every fold but the test folds) and `out/<test_set_name>.bin`
     (`lfw_fold10.bin` for fold 10; `lfw_folds6_10.bin` for folds 6-10: their pairs in one protocol order).
 
@@ -154,14 +156,17 @@ def split_lfw(faces: str | Path, pairs_file: str | Path, out: str | Path, test_f
     and counted, so the split stays identity-disjoint; a training person with no folder under `faces` (the
     aligner found no face) is named through `say` and counted too. A test pair whose photo is missing is left
     out of the .bin, named and counted, and a warning says that the .bin is then not the protocol's 600 pairs.
+    An `out` that holds entries is refused unless `overwrite`; a name in `pairs_file` that would put a training
+    folder outside `out/train` is refused.
     """
     faces, out = Path(faces), Path(out)
     if not faces.is_dir():
-        raise FileNotFoundError(f"{faces}: not a folder; expected aligned faces as <Name>/<Name>_0001.jpg")
+        raise MissingPath(f"{faces}: not a folder; expected aligned faces as <Name>/<Name>_0001.jpg")
+    refuse_existing(out, overwrite)
     folds = read_lfw_pairs(pairs_file)
     test_folds = [test_fold] if isinstance(test_fold, int) else sorted(test_fold)
     if not test_folds or not all(1 <= k <= len(folds) for k in test_folds) or len(test_folds) == len(folds):
-        raise ValueError(f"test_fold={test_fold}: {pairs_file} has folds 1..{len(folds)}; expected some of them, "
+        raise BadValue(f"test_fold={test_fold}: {pairs_file} has folds 1..{len(folds)}; expected some of them, "
                          "not all (the others train)")
     set_name = test_set_name(test_folds)
     held_text = f"fold {test_folds[0]}" if len(test_folds) == 1 else f"folds {','.join(map(str, test_folds))}"
@@ -172,7 +177,7 @@ def split_lfw(faces: str | Path, pairs_file: str | Path, out: str | Path, test_f
     named = set().union(*(p.names for i, fold in enumerate(folds) if i not in held for p in fold))
     train_people = sorted(named - test_people)
     if not any((faces / name).is_dir() for name in sorted(named | test_people)):
-        raise FileNotFoundError(f"{faces}: not one of the {len(named | test_people)} people {pairs_file} names has a "
+        raise MissingPath(f"{faces}: not one of the {len(named | test_people)} people {pairs_file} names has a "
                                 f"folder here; expected LFW's layout of aligned faces, <Name>/<Name>_0001.jpg "
                                 f"(elasticface-align lfw/ faces/ writes it)")
 
@@ -188,7 +193,7 @@ def split_lfw(faces: str | Path, pairs_file: str | Path, out: str | Path, test_f
         issame.append(pair.issame)
     dropped = len(test) - len(issame)
     if not issame:
-        raise FileNotFoundError(f"{faces}: not one of {held_text}'s {len(test)} pairs has both photos; align "
+        raise MissingPath(f"{faces}: not one of {held_text}'s {len(test)} pairs has both photos; align "
                                 f"every LFW photo first (elasticface-align lfw/ faces/)")
     if dropped:
         say(f"WARNING: {dropped} of {held_text}'s {len(test)} pairs were LEFT OUT (photos missing, listed "
@@ -198,7 +203,8 @@ def split_lfw(faces: str | Path, pairs_file: str | Path, out: str | Path, test_f
     copied, missing = write_train_folder(
         out, train_people, lambda name: sorted(f for f in (faces / name).glob("*") if f.suffix.lower() in
                                                IMAGE_SUFFIXES) if (faces / name).is_dir() else [],
-        lambda photo: photo.name, lambda name: f"{faces / name}: no aligned face of {name} (a training person)", say)
+        lambda photo: photo.name, lambda name: f"{faces / name}: no aligned face of {name} (a training person)", say,
+        overwrite, str(pairs_file))
     write_bin(str(out / f"{set_name}.bin"), images, issame)
     return {"train_identities": len(train_people) - missing, "train_images": copied,
             "train_people_without_images": missing, "train_people_in_test_fold": len(named & test_people),
@@ -207,21 +213,23 @@ def split_lfw(faces: str | Path, pairs_file: str | Path, out: str | Path, test_f
 
 def write_train_folder(out: Path, people: Iterable[str], photos_of: Callable[[str], list[Path]],
                        saved_as: Callable[[Path], str], no_face: Callable[[str], str],
-                       say: Callable[[str], None]) -> tuple[int, int]:
+                       say: Callable[[str], None], overwrite: bool = False,
+                       source: str | None = None) -> tuple[int, int]:
     """`out/train/<person>/` with each training person's photos copied (as `saved_as` names them); a person without
-    one is named (`no_face`) and left out. Returns (photos copied, people left out)."""
+    one is named (`no_face`) and left out. Returns (photos copied, people left out). An existing `out/train` is
+    refused unless `overwrite`; a person's name (read from `source`) that leads out of it is refused."""
     train_root = out / "train"
-    if train_root.exists():
-        raise FileExistsError(f"{train_root} exists; remove it or choose another output folder")
+    refuse_existing(train_root, overwrite)
+    folders = {person: inside(train_root, person, source) for person in people}  # every name checked, then written
     copied, left_out = 0, 0
-    for person in people:
+    for person, folder in folders.items():
         photos = photos_of(person)
         if not photos:
             say(f"{no_face(person)}; left out of training")
             left_out += 1
             continue
-        (train_root / person).mkdir(parents=True)
+        folder.mkdir(parents=True, exist_ok=overwrite)
         for photo in photos:
-            shutil.copyfile(photo, train_root / person / saved_as(photo))
+            shutil.copyfile(photo, inside(folder, saved_as(photo), source))
         copied += len(photos)
     return copied, left_out

@@ -24,6 +24,8 @@ from PIL import Image
 
 from elasticface.data.decode import MAX_PIXELS, CorruptImageError, decode_image, encode_jpeg
 from elasticface.data.folder import list_images
+from elasticface.utils.output_paths import atomic_path, atomic_write, inside, refuse_existing
+from elasticface.utils.errors import BadValue, MissingPath
 
 log = logging.getLogger(__name__)
 
@@ -36,7 +38,7 @@ def parse_sizes(text: str) -> tuple[int, int]:
     except ValueError:
         lo = hi = None
     if lo is None or hi is None or not 4 <= lo <= hi <= 112:
-        raise ValueError(f"--size {text!r}: expected a size or a range of sizes in pixels, 4 <= lo <= hi <= 112 "
+        raise BadValue(f"--size {text!r}: expected a size or a range of sizes in pixels, 4 <= lo <= hi <= 112 "
                          "(e.g. 16-32)")
     return lo, hi
 
@@ -56,20 +58,22 @@ def degrade(image: np.ndarray, size: int) -> np.ndarray:
 
 
 def degrade_folder(src: str | Path, out: str | Path, sizes: tuple[int, int] = (16, 32), seed: int = 0,
-                   quality: int = 95, max_pixels: int = MAX_PIXELS) -> dict[str, int]:
+                   quality: int = 95, max_pixels: int = MAX_PIXELS, overwrite: bool = False) -> dict[str, int]:
     """Every image under `src` degraded into the same path under `out` (JPEG, or PNG for a .png), and
-    `out/lowres.csv` with each file's size. An unreadable image is skipped, named and counted."""
+    `out/lowres.csv` with each file's size. An unreadable image is skipped, named and counted. An `out` that
+    holds entries is refused unless `overwrite`; each file is written whole or not at all."""
     src, out = Path(src), Path(out)
     if not src.is_dir():
-        raise FileNotFoundError(f"{src}: not a folder; expected aligned faces (elasticface-align's output)")
+        raise MissingPath(f"{src}: not a folder; expected aligned faces (elasticface-align's output)")
     if out.resolve() == src.resolve():
-        raise ValueError(f"{out}: the output folder is the input folder; give another")
+        raise BadValue(f"{out}: the output folder is the input folder; give another")
     files = list_images(str(src))
     if not files:
-        raise FileNotFoundError(f"{src}: no .jpg/.png images found")
+        raise MissingPath(f"{src}: no .jpg/.png images found")
+    refuse_existing(out, overwrite)
     written = skipped = 0
     out.mkdir(parents=True, exist_ok=True)
-    with open(out / "lowres.csv", "w", newline="") as manifest:
+    with atomic_path(out / "lowres.csv") as manifest_tmp, open(manifest_tmp, "w", newline="") as manifest:
         rows = csv.writer(manifest)
         rows.writerow(["path", "size"])
         for relative in files:  # paths relative to src, in a sorted order
@@ -81,15 +85,15 @@ def degrade_folder(src: str | Path, out: str | Path, sizes: tuple[int, int] = (1
                 skipped += 1
                 continue
             size = drawn_size(relative, sizes, seed)
-            target = out / relative
+            target = inside(out, relative, str(src))
             target.parent.mkdir(parents=True, exist_ok=True)
             low = degrade(image.permute(1, 2, 0).numpy(), size)
             if target.suffix.lower() == ".png":  # the same name, so pair lists naming it still find it
                 buffer = io.BytesIO()
                 Image.fromarray(low).save(buffer, format="PNG")
-                target.write_bytes(buffer.getvalue())
+                atomic_write(target, buffer.getvalue(), fsync=False)
             else:
-                target.write_bytes(encode_jpeg(low, quality))
+                atomic_write(target, encode_jpeg(low, quality), fsync=False)
             rows.writerow([Path(relative).as_posix(), size])
             written += 1
     return {"images": written, "skipped": skipped, "sizes": f"{sizes[0]}-{sizes[1]}"}

@@ -6,7 +6,8 @@ people with a single photo the distractors (MegaFace's role: `megaface_images/<i
 person is on both sides; the people in between go to `train/<person>/`, a training folder of people in neither
 side. The noise lists name the photos where the aligner chose among several faces (its `align_report.csv`'s
 `several_faces`): the stand-in's nearest thing to a mislabelled image. Files are hard links where the file system
-allows, else copies.
+allows, else copies. An output folder that already holds files is refused unless `overwrite` (the command's
+`--overwrite`); every file lands inside it (`elasticface.utils.output_paths`).
 """
 
 from __future__ import annotations
@@ -17,13 +18,15 @@ import shutil
 from collections.abc import Callable
 
 from elasticface.data.folder import IMAGE_EXTENSIONS
+from elasticface.utils.output_paths import atomic_write, inside, refuse_existing
+from elasticface.utils.errors import BadValue, MissingPath
 
 REPORT = "align_report.csv"
 
 
 def _people(faces: str) -> dict[str, list[str]]:
     if not os.path.isdir(faces):
-        raise FileNotFoundError(f"{faces} not found; expected aligned faces as <person>/<file> (elasticface-align)")
+        raise MissingPath(f"{faces} not found; expected aligned faces as <person>/<file> (elasticface-align)")
     people = {}
     for entry in sorted(os.scandir(faces), key=lambda e: e.name):
         if entry.is_dir() and not entry.name.startswith("."):
@@ -31,7 +34,7 @@ def _people(faces: str) -> dict[str, list[str]]:
             if photos:
                 people[entry.name] = photos
     if not people:
-        raise ValueError(f"{faces}: no <person>/<image> folders")
+        raise BadValue(f"{faces}: no <person>/<image> folders")
     return people
 
 
@@ -45,7 +48,7 @@ def _flagged(faces: str) -> set[str]:
     return {row["source"].replace(os.sep, "/") for row in rows if row.get("problem") == "several_faces"}
 
 
-def _place(src: str, dst: str) -> None:
+def _place(src: str, dst: str | os.PathLike) -> None:
     os.makedirs(os.path.dirname(dst), exist_ok=True)
     if os.path.exists(dst):
         return
@@ -56,37 +59,38 @@ def _place(src: str, dst: str) -> None:
 
 
 def build_megaface_pack(faces: str, out: str, min_probe_photos: int = 10, max_probe_photos: int = 40,
-                        say: Callable[[str], None] = print) -> dict[str, int]:
-    """Write the testpack (and train/) under `out`; returns the counts."""
+                        say: Callable[[str], None] = print, overwrite: bool = False) -> dict[str, int]:
+    """Write the testpack (and train/) under `out`, which must be new or empty unless `overwrite`; returns the
+    counts."""
     if min_probe_photos < 3:
-        raise ValueError(f"min_probe_photos={min_probe_photos}: the distractors are the people with one photo and "
+        raise BadValue(f"min_probe_photos={min_probe_photos}: the distractors are the people with one photo and "
                          f"the training people those in between, so probes need at least 3")
     people = _people(faces)
+    refuse_existing(out, overwrite)
     flagged = _flagged(faces)
     probes, distractors, noise_probes, noise_distractors, train = [], [], [], [], 0
     for person, photos in people.items():
         if len(photos) >= min_probe_photos:
             for photo in photos[:max_probe_photos]:
                 probes.append(f"{person}/{photo}")
-                _place(os.path.join(faces, person, photo), os.path.join(out, "facescrub_images", person, photo))
+                _place(os.path.join(faces, person, photo), inside(out, os.path.join("facescrub_images", person, photo)))
                 if f"{person}/{photo}" in flagged:
                     noise_probes.append(photo)
         elif len(photos) == 1:
             name = f"{person[0]}/{person}/{photos[0]}"
             distractors.append(name)
-            _place(os.path.join(faces, person, photos[0]), os.path.join(out, "megaface_images", name))
+            _place(os.path.join(faces, person, photos[0]), inside(out, os.path.join("megaface_images", name)))
             if f"{person}/{photos[0]}" in flagged:
                 noise_distractors.append(name)
         else:
             for photo in photos:
-                _place(os.path.join(faces, person, photo), os.path.join(out, "train", person, photo))
+                _place(os.path.join(faces, person, photo), inside(out, os.path.join("train", person, photo)))
             train += len(photos)
     for name, lines in (("facescrub_lst", probes), ("megaface_lst", distractors),
                         ("facescrub_noises.txt", ["# photos the aligner chose among several faces in", *noise_probes]),
                         ("megaface_noises.txt", ["# photos the aligner chose among several faces in",
                                                  *noise_distractors])):
-        with open(os.path.join(out, name), "w", encoding="utf-8") as f:
-            f.write("".join(f"{line}\n" for line in lines))
+        atomic_write(os.path.join(out, name), "".join(f"{line}\n" for line in lines))
     counts = {"probe_people": len({p.split("/")[0] for p in probes}), "probes": len(probes),
               "distractors": len(distractors), "probe_noises": len(noise_probes),
               "distractor_noises": len(noise_distractors),

@@ -31,10 +31,11 @@ from __future__ import annotations
 
 import os
 import re
+from elasticface.utils.errors import BadFile, MissingPath
 
 __all__ = ["cfp_folds", "read_pair_list"]
 
-_HEADER = re.compile(r"^\s*(\d+)(?:\s+(\d+))?\s*$")
+_HEADER = re.compile(r"^\s*(\d{1,9})(?:\s+(\d{1,9}))?\s*$", re.ASCII)
 _SUFFIXES = (".jpg", ".png", ".jpeg")
 
 
@@ -44,7 +45,12 @@ def _lines(path: str) -> list[tuple[int, str]]:
         with open(path, encoding="utf-8") as f:
             return [(n, line.strip()) for n, line in enumerate(f, 1) if line.strip() and not line.startswith("#")]
     except UnicodeDecodeError as err:
-        raise ValueError(f"{path}: not a text pairs list ({err})") from err
+        raise BadFile(f"{path}: not a text pairs list ({err})") from err
+
+
+def _number(text: str) -> int | None:
+    """A photo number or index as a list writes it (ASCII digits), else None (never int()'s 4,300-digit error)."""
+    return int(text) if text.isascii() and text.isdigit() and len(text) <= 9 else None
 
 
 def read_pair_list(pairs_file: str, image_root: str,
@@ -60,7 +66,7 @@ def read_pair_list(pairs_file: str, image_root: str,
     if os.path.isdir(pairs_file) and os.path.isfile(os.path.join(pairs_file, "01", "same.txt")):
         paths, issame = _cfp(pairs_file, image_root, lost)
     elif not os.path.isfile(pairs_file):
-        raise FileNotFoundError(f"pairs file {pairs_file} not found; expected lines 'path1 path2 0|1' or LFW's "
+        raise MissingPath(f"pairs file {pairs_file} not found; expected lines 'path1 path2 0|1' or LFW's "
                                 f"pairs.txt")
     else:
         lines = _lines(pairs_file)
@@ -69,10 +75,10 @@ def read_pair_list(pairs_file: str, image_root: str,
         else:
             paths, issame = _plain(pairs_file, image_root, lines, lost)
     if lost and not issame:
-        raise FileNotFoundError(f"{image_root}: not one photo of the {len(lost)} pairs {pairs_file} names is there "
+        raise MissingPath(f"{image_root}: not one photo of the {len(lost)} pairs {pairs_file} names is there "
                                 f"(the first: {lost[0]}); is it the folder of these photos, in the list's layout?")
     if lost and skipped is None:
-        raise FileNotFoundError(lost[0])
+        raise MissingPath(lost[0])
     if skipped is not None:
         skipped.extend(lost)
     return paths, issame
@@ -96,20 +102,20 @@ def _plain(pairs_file: str, image_root: str, lines: list[tuple[int, str]],
     for lineno, line in lines:
         parts = line.split()
         if len(parts) != 3 or parts[2] not in ("0", "1"):
-            raise ValueError(f"{pairs_file}:{lineno}: expected 'path1 path2 0|1', got {line[:120]!r}")
+            raise BadFile(f"{pairs_file}:{lineno}: expected 'path1 path2 0|1', got {line[:120]!r}")
         full = [p if os.path.isabs(p) else os.path.join(image_root, p) for p in parts[:2]]
         _pair(lost, paths, issame, [f if os.path.isfile(f) else None for f in full],
               [f"{pairs_file}:{lineno}: image {f} not found (paths are relative to {image_root})" for f in full],
               parts[2] == "1")
     if not issame and not lost:
-        raise ValueError(f"pairs file {pairs_file} lists no pairs; expected lines 'path1 path2 0|1'")
+        raise BadFile(f"{pairs_file}: lists no pairs; expected lines 'path1 path2 0|1'")
     return paths, issame
 
 
 def _lfw_photo(pairs_file: str, lineno: int, image_root: str, name: str, number: str) -> tuple[str | None, str]:
     """The photo's path (None when it is missing) and the line that says it is missing."""
-    if not number.isdigit() or int(number) < 1:
-        raise ValueError(f"{pairs_file}:{lineno}: photo number {number!r} of {name} is not a positive integer")
+    if not _number(number):
+        raise BadFile(f"{pairs_file}:{lineno}: photo number {number!r} of {name} is not a positive integer")
     stem = os.path.join(image_root, name, f"{name}_{int(number):04d}")
     return _existing(stem + ".jpg"), (f"{pairs_file}:{lineno}: photo {stem}.jpg not found (LFW layout: "
                                       f"<image_root>/<name>/<name>_<nnnn>.jpg, image_root {image_root})")
@@ -122,7 +128,7 @@ def _lfw(pairs_file: str, image_root: str, lines: list[tuple[int, str]],
     folds, per_fold = (int(header.group(1)), int(header.group(2))) if header.group(2) else (1, int(header.group(1)))
     body = lines[1:]
     if len(body) != 2 * folds * per_fold:
-        raise ValueError(
+        raise BadFile(
             f"{pairs_file}: the header '{lines[0][1]}' announces {folds} fold(s) of {per_fold} matched and {per_fold} "
             f"mismatched pairs ({2 * folds * per_fold} lines), but {len(body)} pair lines follow; the file is "
             f"truncated or not LFW's pairs.txt")
@@ -138,7 +144,7 @@ def _lfw(pairs_file: str, image_root: str, lines: list[tuple[int, str]],
             photos = [(parts[0], parts[1]), (parts[2], parts[3])]
         else:
             want = "a matched pair 'name n1 n2'" if matched else "a mismatched pair 'name1 n1 name2 n2'"
-            raise ValueError(f"{pairs_file}:{lineno}: expected {want} (fold {fold + 1}, pair {within + 1} of "
+            raise BadFile(f"{pairs_file}:{lineno}: expected {want} (fold {fold + 1}, pair {within + 1} of "
                              f"{2 * per_fold}), got {line[:120]!r}")
         found = [_lfw_photo(pairs_file, lineno, image_root, name, number) for name, number in photos]
         _pair(lost, paths, issame, [f for f, _ in found], [m for _, m in found], matched)
@@ -156,17 +162,17 @@ def _existing(stem_or_path: str) -> str | None:
 def _cfp_photos(list_file: str, protocol: str, image_root: str) -> dict[int, str]:
     """``{index: photo path under image_root}`` of a CFP ``Pair_list_*.txt``."""
     if not os.path.isfile(list_file):
-        raise FileNotFoundError(f"{list_file} not found; a CFP split folder lies in <cfp>/Protocol/Split/<FP|FF>, "
+        raise MissingPath(f"{list_file} not found; a CFP split folder lies in <cfp>/Protocol/Split/<FP|FF>, "
                                 f"beside Protocol/Pair_list_F.txt and Pair_list_P.txt")
     images = os.path.normpath(os.path.join(protocol, "..", "Data", "Images"))
     photos: dict[int, str] = {}
     for lineno, line in _lines(list_file):
         parts = line.split()
-        if len(parts) != 2 or not parts[0].isdigit():
-            raise ValueError(f"{list_file}:{lineno}: expected 'index path', got {line[:120]!r}")
+        if len(parts) != 2 or _number(parts[0]) is None:
+            raise BadFile(f"{list_file}:{lineno}: expected 'index path', got {line[:120]!r}")
         relative = os.path.relpath(os.path.normpath(os.path.join(protocol, parts[1])), images)
         if relative.startswith(".."):
-            raise ValueError(f"{list_file}:{lineno}: photo {parts[1]} is not under the dataset's Data/Images")
+            raise BadFile(f"{list_file}:{lineno}: photo {parts[1]} is not under the dataset's Data/Images")
         photos[int(parts[0])] = os.path.join(image_root, relative)
     return photos
 
@@ -183,7 +189,7 @@ def cfp_folds(split_dir: str, image_root: str, lost: list[str]) -> list[list[tup
     second = frontal if second_list == frontal_list else _cfp_photos(second_list, protocol, image_root)
     folds = sorted(d for d in os.listdir(split_dir) if d.isdigit())
     if folds != [f"{i:02d}" for i in range(1, len(folds) + 1)]:
-        raise ValueError(f"{split_dir}: expected fold folders 01, 02, ... (CFP has 01 to 10), found {folds}")
+        raise BadFile(f"{split_dir}: expected fold folders 01, 02, ... (CFP has 01 to 10), found {folds}")
     out: list[list[tuple[str, str, bool]]] = []
     for fold in folds:
         paths: list[str] = []
@@ -191,18 +197,19 @@ def cfp_folds(split_dir: str, image_root: str, lost: list[str]) -> list[list[tup
         for kind, same in (("same.txt", True), ("diff.txt", False)):
             list_path = os.path.join(split_dir, fold, kind)
             if not os.path.isfile(list_path):
-                raise FileNotFoundError(f"{list_path} not found; each CFP fold folder holds same.txt and diff.txt")
+                raise MissingPath(f"{list_path} not found; each CFP fold folder holds same.txt and diff.txt")
             for lineno, line in _lines(list_path):
                 parts = [p.strip() for p in line.split(",")]
-                if len(parts) != 2 or not all(p.isdigit() for p in parts):
-                    raise ValueError(f"{list_path}:{lineno}: expected 'i,j' (two photo indices), got {line[:120]!r}")
+                if len(parts) != 2 or any(_number(p) is None for p in parts):
+                    raise BadFile(f"{list_path}:{lineno}: expected 'i,j' (two photo indices), got {line[:120]!r}")
                 sides = ((int(parts[0]), frontal, frontal_list), (int(parts[1]), second, second_list))
                 for index, table, name in sides:
                     if index not in table:
-                        raise ValueError(f"{list_path}:{lineno}: photo index {index} is not in {name}")
+                        raise BadFile(f"{list_path}:{lineno}: photo index {index} is not in {name}")
                 _pair(lost, paths, issame, [_existing(table[index]) for index, table, _ in sides],
-                      [f"{list_path}:{lineno}: photo {table[index]} not found (image root {image_root}, in the "
-                       f"layout of CFP's Data/Images)" for index, table, _ in sides], same)
+                      [f"{list_path}:{lineno}: photo {table[index]} not found ({name} names it as photo {index}; "
+                       f"image root {image_root}, in the layout of CFP's Data/Images)" for index, table, name in sides],
+                      same)
         out.append([(paths[2 * i], paths[2 * i + 1], same) for i, same in enumerate(issame)])
     return out
 
@@ -210,5 +217,5 @@ def cfp_folds(split_dir: str, image_root: str, lost: list[str]) -> list[list[tup
 def _cfp(split_dir: str, image_root: str, lost: list[str]) -> tuple[list[str], list[bool]]:
     pairs = [pair for fold in cfp_folds(split_dir, image_root, lost) for pair in fold]
     if not pairs and not lost:
-        raise ValueError(f"{split_dir}: the CFP split lists no pairs")
+        raise BadFile(f"{split_dir}: the CFP split lists no pairs")
     return [path for a, b, _ in pairs for path in (a, b)], [same for _, _, same in pairs]

@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 from torch.utils.data import Dataset
+from elasticface.utils.errors import BadValue
 
 
 class PairSet(Dataset):
@@ -38,11 +39,11 @@ class TensorPairSet(PairSet):
     def __init__(self, name: str, images: torch.Tensor, issame: np.ndarray | list[bool]) -> None:
         super().__init__(name, issame)
         if images.dtype != torch.uint8 or images.ndim != 4 or images.shape[1] != 3:
-            raise ValueError(
+            raise BadValue(
                 f"pair set '{name}': expected uint8 images [2P, 3, H, W], got {images.dtype} {tuple(images.shape)}"
             )
         if images.shape[0] != 2 * self.num_pairs:
-            raise ValueError(
+            raise BadValue(
                 f"pair set '{name}': {images.shape[0]} images for {self.num_pairs} pairs; expected {2 * self.num_pairs}"
             )
         self.images = images

@@ -26,6 +26,7 @@ from collections.abc import Iterator, Sequence
 from typing import NamedTuple
 
 import numpy as np
+from elasticface.utils.errors import BadFile, BadValue, MissingPath
 
 log = logging.getLogger(__name__)
 
@@ -38,8 +39,9 @@ HEADER_SIZE = _IR.size  # 24
 LAYOUT = "expected {root}/train.rec, train.idx and property as written by insightface (or elasticface-convert)"
 
 
-class CorruptRecordError(ValueError):
-    """A record cannot be read: wrong magic, truncated file, bad chunk sequence, bad header."""
+class CorruptRecordError(BadFile, ValueError):
+    """A record cannot be read: wrong magic, truncated file, bad chunk sequence, bad header. The per-record reader
+    names the byte offset (the dataset that skips and counts the record names the file)."""
 
 
 class IRHeader(NamedTuple):
@@ -79,8 +81,8 @@ def unpack_header(payload: bytes) -> tuple[IRHeader, bytes]:
 def label_to_int(label: float | np.ndarray) -> int:
     """Class index from a float32 label (first entry of a vector label); rounded, never truncated."""
     value = float(label[0]) if np.ndim(label) > 0 else float(label)
-    if not np.isfinite(value):
-        raise CorruptRecordError(f"label {value} is not finite")
+    if not np.isfinite(value) or abs(value) >= 1 << 31:
+        raise CorruptRecordError(f"label {value} is not a class index (finite, below 2^31)")
     return int(round(value))
 
 
@@ -102,9 +104,24 @@ def _reader(f):
     return lambda n, off: os.pread(fd, n, off)
 
 
+def _file_size(f) -> int:
+    """The size of a raw fd or a binary file object."""
+    if isinstance(f, int):
+        return os.fstat(f).st_size
+    try:
+        return os.fstat(f.fileno()).st_size
+    except (AttributeError, OSError, io.UnsupportedOperation):
+        here = f.tell()
+        size = f.seek(0, io.SEEK_END)
+        f.seek(here)
+        return size
+
+
 def read_record(f, offset: int, file_size: int | None = None) -> bytes:
-    """Read the (possibly multi-chunk) record starting at `offset` from a binary file object or fd."""
-    if file_size is not None and offset + 8 > file_size:
+    """Read the (possibly multi-chunk) record starting at `offset` from a binary file object or fd. A chunk length
+    is checked against the file's size before anything is read: a corrupt length field never sizes a buffer."""
+    file_size = _file_size(f) if file_size is None else file_size
+    if offset < 0 or offset + 8 > file_size:
         raise CorruptRecordError(f"offset {offset} is past the end of the file ({file_size} bytes)")
     pread = _reader(f)
     parts: list[bytes] = []
@@ -121,6 +138,9 @@ def read_record(f, offset: int, file_size: int | None = None) -> bytes:
             raise CorruptRecordError(f"invalid continuation flag {cflag} at byte {pos}")
         if (cflag in (0, 1)) != (not parts):
             raise CorruptRecordError(f"chunk flag {cflag} out of sequence at byte {pos}")
+        if pos + 8 + length > file_size:
+            raise CorruptRecordError(f"truncated record at byte {pos}: its header says {length} bytes, the file "
+                                     f"ends {file_size - pos - 8} bytes after it")
         data = pread(length, pos + 8) if length else b""
         if len(data) < length:
             raise CorruptRecordError(f"truncated record at byte {pos}: {len(data)} of {length} bytes present")
@@ -136,7 +156,7 @@ def read_record(f, offset: int, file_size: int | None = None) -> bytes:
 
 def read_record_header(f, offset: int, file_size: int | None = None) -> IRHeader:
     """Only the IfQQ header (+ vector labels) of the record at `offset`: a few bytes, not the image."""
-    if file_size is not None and offset + 8 + HEADER_SIZE > file_size:
+    if offset < 0 or (file_size is not None and offset + 8 + HEADER_SIZE > file_size):
         raise CorruptRecordError(f"offset {offset} is past the end of the file ({file_size} bytes)")
     pread = _reader(f)
     head = pread(8 + HEADER_SIZE, offset)
@@ -159,7 +179,7 @@ def encode_record(payload: bytes) -> bytes:
     """dmlc framing for one payload: split at every 4-aligned magic, pad the end to 4 bytes."""
     n = len(payload)
     if n >= 1 << 29:
-        raise ValueError(f"record of {n} bytes exceeds the RecordIO limit of 2^29 - 1")
+        raise BadValue(f"record of {n} bytes exceeds the RecordIO limit of 2^29 - 1")
     out: list[bytes] = []
     start = 0
     # find() is C-speed; only 4-aligned hits split the record (unaligned ones are ordinary data)
@@ -219,19 +239,26 @@ def read_index(idx_path: str) -> tuple[np.ndarray, np.ndarray]:
     """Parse a `.idx` file into (keys, offsets) int64 arrays, in file order."""
     keys: list[int] = []
     offsets: list[int] = []
-    with open(idx_path) as f:
-        for lineno, line in enumerate(f, 1):
-            line = line.strip()
-            if not line:
-                continue
-            parts = line.split()
-            if len(parts) != 2:
-                raise ValueError(f"{idx_path}:{lineno}: expected 'key<TAB>offset', got {line[:80]!r}")
-            try:
-                keys.append(int(parts[0]))
-                offsets.append(int(parts[1]))
-            except ValueError:
-                raise ValueError(f"{idx_path}:{lineno}: expected integer key and offset, got {line[:80]!r}") from None
+    try:
+        with open(idx_path, encoding="ascii") as f:
+            for lineno, line in enumerate(f, 1):
+                line = line.strip()
+                if not line:
+                    continue
+                parts = line.split()
+                if len(parts) != 2:
+                    raise BadFile(f"{idx_path}:{lineno}: expected 'key<TAB>offset', got {line[:80]!r}")
+                try:
+                    key, offset = int(parts[0]), int(parts[1])
+                except ValueError:
+                    raise BadFile(f"{idx_path}:{lineno}: expected integer key and offset, got {line[:80]!r}") from None
+                if not (-(1 << 63) <= key < 1 << 63 and 0 <= offset < 1 << 63):
+                    raise BadFile(f"{idx_path}:{lineno}: key {key} or byte offset {offset} out of range; expected a "
+                                  f"key and an offset >= 0 of at most 63 bits")
+                keys.append(key)
+                offsets.append(offset)
+    except UnicodeDecodeError as err:
+        raise BadFile(f"{idx_path}: not ASCII text ({err}); expected 'key<TAB>offset' lines") from err
     return np.asarray(keys, dtype=np.int64), np.asarray(offsets, dtype=np.int64)
 
 
@@ -274,7 +301,7 @@ class IndexedRecordFile:
                 hint = ""
                 if path == idx_path and os.path.isfile(rec_path):
                     hint = f" (a lost index can be rebuilt: elasticface-convert reindex {root})"
-                raise FileNotFoundError(f"{path} not found; " + LAYOUT.format(root=root) + hint)
+                raise MissingPath(f"{path} not found; " + LAYOUT.format(root=root) + hint)
         self.rec_path, self.idx_path = str(rec_path), str(idx_path)
         keys, offsets = read_index(idx_path)
         self.keys = keys

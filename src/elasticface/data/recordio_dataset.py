@@ -22,8 +22,14 @@ from elasticface.data.recordio import (
     label_to_int,
     unpack_header,
 )
+from elasticface.utils.errors import BadFile, BadValue, MissingPath
 
 log = logging.getLogger(__name__)
+
+
+class CorruptRecordFile(BadFile, RuntimeError):
+    """More records than `max_corrupt` found bad while scanning the index and headers: the file is damaged, or not
+    insightface's RecordIO."""
 
 
 class RecordIODataset(Dataset):
@@ -52,7 +58,7 @@ class RecordIODataset(Dataset):
         self.idx_path = os.path.join(self.root, f"{prefix}.idx")
         self.property_path = os.path.join(self.root, "property")
         if not os.path.isdir(self.root):
-            raise FileNotFoundError(f"RecordIO root {self.root} is not a directory; " + LAYOUT.format(root=self.root))
+            raise MissingPath(f"RecordIO root {self.root} is not a directory; " + LAYOUT.format(root=self.root))
         self.max_corrupt = int(max_corrupt)
         self.decoder = decoder
         self.image_size = image_size
@@ -66,13 +72,13 @@ class RecordIODataset(Dataset):
         found = [(n, src) for n, src in ((prop_classes, self.property_path),
                                          (header_classes, f"{self.rec_path} header record")) if n is not None]
         if len(found) == 2 and found[0][0] != found[1][0]:
-            raise ValueError(f"{found[0][1]} says {found[0][0]} classes but {found[1][1]} says {found[1][0]}")
+            raise BadFile(f"{found[0][1]} says {found[0][0]} classes but {found[1][1]} says {found[1][0]}")
         if found:
             classes = found[0][0]
         else:
             classes = self._classes_from_labels(labels, num_classes)
         if num_classes is not None and int(num_classes) != classes:
-            raise ValueError(f"num_classes={num_classes} was requested but {self.root} has {classes} classes")
+            raise BadValue(f"num_classes={num_classes} was requested but {self.root} has {classes} classes")
         self.num_classes = int(classes)
 
         bad = (labels < 0) | (labels >= self.num_classes)
@@ -81,7 +87,7 @@ class RecordIODataset(Dataset):
         self.image_keys = self.image_keys[~bad]
         self.labels = labels[~bad].astype(np.int64)
         if self.image_keys.size == 0:
-            raise ValueError(f"{self.rec_path} holds no readable images; " + LAYOUT.format(root=self.root))
+            raise BadFile(f"{self.rec_path} holds no readable images; " + LAYOUT.format(root=self.root))
 
     # -- construction helpers ----------------------------------------------------------------------
 
@@ -99,7 +105,7 @@ class RecordIODataset(Dataset):
         classes = int(present[-1]) + 1 if present.size else 0
         if present.size != classes:
             largest = ", ".join(str(v) for v in present[-3:][::-1])
-            raise ValueError(
+            raise BadFile(
                 f"{self.rec_path}: no {self.property_path} and no header record, so the number of classes would "
                 f"come from the labels, but they are not 0..C-1: {present.size} distinct labels up to {classes - 1} "
                 f"(largest: {largest}). Write {self.property_path} as 'num_classes,112,112' or set data.num_classes; "
@@ -116,13 +122,13 @@ class RecordIODataset(Dataset):
             first = raw.decode("ascii").strip()
             return int(first.split(",")[0])
         except (UnicodeDecodeError, ValueError):
-            raise ValueError(f"{self.property_path}: expected a text line 'num_classes,height,width' "
+            raise BadFile(f"{self.property_path}: expected a text line 'num_classes,height,width' "
                              f"(e.g. '85742,112,112'), got {raw[:40]!r}") from None
 
     def _scan(self) -> tuple[str, np.ndarray, np.ndarray, int | None]:
         rec = self.records
         if rec.keys.size == 0:
-            raise ValueError(f"{self.idx_path} is empty; " + LAYOUT.format(root=self.root))
+            raise BadFile(f"{self.idx_path} is empty; " + LAYOUT.format(root=self.root))
         first = int(rec.keys.min())
         head0: IRHeader | None = None
         try:
@@ -138,15 +144,19 @@ class RecordIODataset(Dataset):
         return ("im2rec", *self._labels_from_headers(keys), None)
 
     def _scan_legacy(self, head0: IRHeader) -> tuple[str, np.ndarray, np.ndarray, int | None]:
-        lo, hi = (int(round(float(v))) for v in head0.label)
+        lo, hi = (float(v) for v in head0.label)
+        n_keys = int(self.records.keys.size)
+        # the header is read from the file: its image count must fit the index before it sizes anything
+        if not (np.isfinite(hi) and 1 <= lo <= n_keys and lo <= hi):
+            raise BadFile(f"{self.rec_path}: header record label [{lo:g}, {hi:g}] is not a valid [N+1, N+1+C] for "
+                          f"an index of {n_keys} keys")
+        lo, hi = int(round(lo)), int(round(hi))
         n_images, n_classes = lo - 1, hi - lo
-        if n_images < 0 or n_classes < 0:
-            raise ValueError(f"{self.rec_path}: header record label [{lo}, {hi}] is not a valid [N+1, N+1+C]")
         keys = np.arange(1, n_images + 1, dtype=np.int64)
         present = np.isin(keys, self.records.keys)
         missing = keys[~present].tolist()
         if missing:
-            raise ValueError(f"{self.idx_path} lacks {len(missing)} of the image keys 1..{n_images} announced by "
+            raise BadFile(f"{self.idx_path} lacks {len(missing)} of the image keys 1..{n_images} announced by "
                              f"the header record (first missing: {missing[:5]})")
         labels = self._labels_from_ranges(lo, hi, n_images)
         if labels is None:
@@ -195,9 +205,9 @@ class RecordIODataset(Dataset):
         log.warning("%s: skipping corrupt record key %d: %s (%d skipped in this process, limit %d)",
                     self.rec_path, key, reason, self.num_corrupt, self.max_corrupt)
         if self.num_corrupt > self.max_corrupt:
-            raise RuntimeError(f"{self.rec_path}: {self.num_corrupt} corrupt records (limit max_corrupt="
-                               f"{self.max_corrupt}); last was key {key}: {reason}. The file is damaged or not "
-                               "in the insightface RecordIO format.")
+            raise CorruptRecordFile(f"{self.rec_path}: {self.num_corrupt} corrupt records (limit max_corrupt="
+                                    f"{self.max_corrupt}); last was key {key}: {reason}. The file is damaged or not "
+                                    "in the insightface RecordIO format.")
 
     def __len__(self) -> int:
         return int(self.image_keys.size)

@@ -13,12 +13,13 @@ import torch.distributed as dist
 from torch.utils.data import Sampler
 
 from elasticface.data.face_dataset import FaceDataset
+from elasticface.utils.errors import BadValue
 
 
 def _labels_of(source: FaceDataset | Sequence[int] | np.ndarray) -> np.ndarray:
     labels = np.asarray(source.labels if isinstance(source, FaceDataset) else source, dtype=np.int64)
     if labels.ndim != 1:
-        raise ValueError(f"identity sampler needs a 1-D label array, got shape {labels.shape}")
+        raise BadValue(f"identity sampler needs a 1-D label array, got shape {labels.shape}")
     return labels
 
 
@@ -44,7 +45,7 @@ class IdentityBatchSampler(Sampler[list[int]]):
         self.labels = _labels_of(dataset_or_labels)
         k = int(images_per_identity)
         if k < 1 or batch_size % k != 0:
-            raise ValueError(f"batch_size={batch_size} must be a multiple of images_per_identity={k}")
+            raise BadValue(f"batch_size={batch_size} must be a multiple of images_per_identity={k}")
         self.k, self.p = k, batch_size // k
         self.batch_size = batch_size
         if num_replicas is None:
@@ -52,19 +53,19 @@ class IdentityBatchSampler(Sampler[list[int]]):
         if rank is None:
             rank = dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
         if not 0 <= rank < num_replicas:
-            raise ValueError(f"rank {rank} outside [0, {num_replicas})")
+            raise BadValue(f"rank {rank} outside [0, {num_replicas})")
         self.num_replicas, self.rank = int(num_replicas), int(rank)
         self.seed, self.epoch = int(seed), 0
         order = np.argsort(self.labels, kind="stable")
         ids, starts, counts = np.unique(self.labels[order], return_index=True, return_counts=True)
         if ids.size < self.p:
-            raise ValueError(f"batches of {self.p} identities x {k} images need at least {self.p} identities; "
+            raise BadValue(f"batches of {self.p} identities x {k} images need at least {self.p} identities; "
                              f"the data has {ids.size}")
         self._members = [order[s:s + c] for s, c in zip(starts, counts)]
         self._num_groups = int(sum(-(-c // k) for c in counts))
         self._batches_per_rank = (self._num_groups // self.p) // self.num_replicas
         if self._batches_per_rank == 0:
-            raise ValueError(
+            raise BadValue(
                 f"{len(self.labels)} images make no full batch of {batch_size} on each of {self.num_replicas} ranks"
             )
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 from torch import Tensor
+from elasticface.utils.errors import BadValue
 
 
 def normalize(images: Tensor) -> Tensor:
@@ -62,18 +63,18 @@ class BatchAugment:
     ) -> None:
         for key, value in (("brightness", brightness), ("contrast", contrast), ("saturation", saturation)):
             if not 0.0 <= value < 1.0:
-                raise ValueError(f"data.augment.{key}={value}: must be in [0, 1)")
+                raise BadValue(f"data.augment.{key}={value}: must be in [0, 1)")
         for key, value in (("grayscale_p", grayscale_p), ("erasing_p", erasing_p), ("low_res_p", low_res_p)):
             if not 0.0 <= value <= 1.0:
-                raise ValueError(f"data.augment.{key}={value}: must be a probability in [0, 1]")
+                raise BadValue(f"data.augment.{key}={value}: must be a probability in [0, 1]")
         if shift_px < 0:
-            raise ValueError(f"data.augment.shift_px={shift_px}: must be >= 0")
+            raise BadValue(f"data.augment.shift_px={shift_px}: must be >= 0")
         self.brightness, self.contrast, self.saturation = brightness, contrast, saturation
         self.grayscale_p, self.shift_px, self.erasing_p = grayscale_p, shift_px, erasing_p
         sizes = list(low_res_px)
         if len(sizes) != 2 or not all(isinstance(v, int) and not isinstance(v, bool) for v in sizes) \
                 or not 4 <= sizes[0] <= sizes[1]:
-            raise ValueError(f"data.augment.low_res_px={low_res_px}: expected [lo, hi] in pixels, 4 <= lo <= hi")
+            raise BadValue(f"data.augment.low_res_px={low_res_px}: expected [lo, hi] in pixels, 4 <= lo <= hi")
         self.low_res_p, self.low_res_px = low_res_p, (sizes[0], sizes[1])
 
     @property

@@ -18,6 +18,7 @@ from torch.nn import functional as F
 from elasticface.data import transforms
 from elasticface.data.faults import DroppedRecord
 from elasticface.eval.embedding_loop import evaluate_pair_set
+from elasticface.utils.errors import BadValue
 
 EIGENFACE_COMPONENTS = 128  # principal components kept
 EIGENFACE_POOL = 2  # grey faces average-pooled by this factor before the PCA (112 -> 56: 3,136 pixels)
@@ -59,7 +60,7 @@ def fit_eigenfaces(train_set: Any, components: int = EIGENFACE_COMPONENTS, pool:
     """PCA of up to `max_images` training faces (items `(uint8 [3, H, W], label)`, evenly spaced), in float64."""
     n = len(train_set)
     if n < 2:
-        raise ValueError(f"eigenfaces need at least 2 training images, the training set has {n}")
+        raise BadValue(f"eigenfaces need at least 2 training images, the training set has {n}")
     step = -(-n // max_images)  # ceil: at most max_images rows
     rows = []
     for i in range(0, n, step):

@@ -20,6 +20,7 @@ from elasticface.align.photos import DEFAULT_MAX_PIXELS, read_photo
 from elasticface.align.template import norm_crop
 from elasticface.eval.embedding_loop import Embedder, resolve_device
 from elasticface.metrics.verification import flip_fused_embeddings
+from elasticface.utils.errors import BadValue
 
 ALIGN_MODES = ("auto", "always", "never")
 
@@ -50,17 +51,17 @@ def face_of(path: str, align: str = "auto", detector: Callable[[], MTCNNDetector
             image_size: int = 112, max_pixels: int = DEFAULT_MAX_PIXELS) -> tuple[np.ndarray, str]:
     """The aligned uint8 RGB face of the photo at `path`, and how it was obtained."""
     if align not in ALIGN_MODES:
-        raise ValueError(f"align={align!r}; expected one of {ALIGN_MODES}")
+        raise BadValue(f"align={align!r}; expected one of {ALIGN_MODES}")
     photo = read_photo(path, max_pixels)
     is_aligned = photo.shape[:2] == (image_size, image_size)
     if align == "never" or (align == "auto" and is_aligned):
         if not is_aligned:
-            raise ValueError(f"{path}: {photo.shape[1]}x{photo.shape[0]} is not an aligned {image_size}x{image_size} "
+            raise BadValue(f"{path}: {photo.shape[1]}x{photo.shape[0]} is not an aligned {image_size}x{image_size} "
                              f"face; leave out --align never to detect and align it")
         return photo, "as given"
     faces = (detector() if detector else MTCNNDetector()).detect([photo])[0]
     if not faces:
-        raise ValueError(f"{path}: no face found")
+        raise BadValue(f"{path}: no face found")
     face = pick_face(faces, (photo.shape[1], photo.shape[0]), "largest")
     note = "detected" if len(faces) == 1 else f"detected, the largest of {len(faces)} faces"
     return np.asarray(norm_crop(photo, face.landmarks, image_size)), note

@@ -18,6 +18,7 @@ from torch import Tensor, nn
 from elasticface.data.folder import ImageFiles, list_images
 from elasticface.eval.embedding_loop import Embedder, embed_dataset, resolve_device
 from elasticface.utils.requirements import require_module
+from elasticface.utils.errors import BadFile, BadValue, MissingPath
 
 log = logging.getLogger(__name__)
 
@@ -25,14 +26,14 @@ log = logging.getLogger(__name__)
 # -- models ----------------------------------------------------------------------------------------------
 
 
-class TorchScriptRefused(ValueError):
+class TorchScriptRefused(BadFile, ValueError):
     """A TorchScript model file given without allow_torchscript: it is code, not data."""
 
 
 def load_module(ckpt_path: str, map_location: str | torch.device = "cpu") -> nn.Module:
     """The trained FaceRecognitionModule of a Lightning checkpoint, in eval mode."""
     if not os.path.isfile(ckpt_path):
-        raise FileNotFoundError(f"checkpoint {ckpt_path} not found")
+        raise MissingPath(f"checkpoint {ckpt_path} not found")
     from elasticface.module import FaceRecognitionModule
 
     return FaceRecognitionModule.load_from_checkpoint(ckpt_path, map_location=map_location).eval()
@@ -62,12 +63,24 @@ class OnnxEmbedder:
         providers = ["CPUExecutionProvider"]
         if resolve_device(device).type == "cuda" and "CUDAExecutionProvider" in ort.get_available_providers():
             providers.insert(0, "CUDAExecutionProvider")
-        self.session = ort.InferenceSession(path, providers=providers)
-        self.input_name = self.session.get_inputs()[0].name
+        self.path = str(path)
+        try:
+            self.session = ort.InferenceSession(path, providers=providers)
+            inputs = self.session.get_inputs()
+        except Exception as err:  # noqa: BLE001 - onnxruntime's errors (InvalidProtobuf, InvalidGraph, Fail, ...)
+            raise BadFile(f"{path}: not an ONNX model onnxruntime can load ({type(err).__name__}: "
+                          f"{str(err)[:300]})") from err
+        if len(inputs) != 1:
+            raise BadFile(f"{path}: an ONNX model with {len(inputs)} inputs; expected one, the images")
+        self.input_name = inputs[0].name
 
     def __call__(self, images: Tensor) -> Tensor:
-        out = self.session.run(None, {self.input_name: images.detach().cpu().float().numpy()})[0]
-        return torch.from_numpy(out).to(images.device)
+        try:
+            out = self.session.run(None, {self.input_name: images.detach().cpu().float().numpy()})[0]
+            return torch.from_numpy(out).to(images.device)
+        except Exception as err:  # noqa: BLE001 - onnxruntime's errors, or an output that is not numbers
+            raise BadFile(f"{self.path}: the ONNX model does not embed images of shape {tuple(images.shape)} "
+                          f"({type(err).__name__}: {str(err)[:300]})") from err
 
     def eval(self) -> "OnnxEmbedder":
         return self
@@ -129,7 +142,7 @@ def in_layout(model: nn.Module, architecture: str, device: torch.device, setting
 def one_model_file(weights: str | None) -> str:
     """The model file given as ``weights``, or an error that says what may be given."""
     if weights in (None, ""):
-        raise ValueError("no model file: give weights=<file> (a .ckpt, a backbone .pth/.pt, TorchScript or .onnx)")
+        raise BadValue("no model file: give weights=<file> (a .ckpt, a backbone .pth/.pt, TorchScript or .onnx)")
     return str(weights)
 
 

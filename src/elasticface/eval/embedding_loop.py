@@ -16,6 +16,7 @@ from torch.utils.data import DataLoader, Dataset
 from elasticface.data import transforms
 from elasticface.utils.requirements import check_cuda_request
 from elasticface.metrics.verification import VerificationAccuracy, flip_fused_embeddings
+from elasticface.utils.errors import BadValue
 
 Embedder = Callable[[Tensor], Tensor]
 
@@ -59,7 +60,7 @@ def embed_dataset(
         if was_training:
             model.train()
     if not embeddings:
-        raise ValueError(f"dataset {getattr(dataset, 'name', type(dataset).__name__)} is empty")
+        raise BadValue(f"dataset {getattr(dataset, 'name', type(dataset).__name__)} is empty")
     return torch.cat(embeddings), torch.cat(indices)
 
 

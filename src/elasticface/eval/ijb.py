@@ -33,6 +33,7 @@ from torch.utils.data import Dataset
 from elasticface.align.template import align_face
 from elasticface.metrics.roc import roc_curve, tar_at_fars
 from elasticface.utils.progress import Progress
+from elasticface.utils.errors import BadFile, BadValue, MissingPath
 
 
 DEFAULT_FARS = (1e-6, 1e-5, 1e-4, 1e-3, 1e-2, 1e-1)
@@ -43,39 +44,60 @@ DEFAULT_FARS = (1e-6, 1e-5, 1e-4, 1e-3, 1e-2, 1e-1)
 
 def _read_columns(path: str, columns: int, what: str) -> list[list[str]]:
     if not os.path.isfile(path):
-        raise FileNotFoundError(f"IJB: {path} not found; expected {what}")
+        raise MissingPath(f"IJB: {path} not found; expected {what}")
     rows = []
-    with open(path) as f:
-        for lineno, line in enumerate(f, 1):
-            parts = line.split()
-            if not parts:
-                continue
-            if len(parts) != columns:
-                raise ValueError(
-                    f"{path}:{lineno}: expected {columns} columns ({what}), got {len(parts)}: {line.strip()[:120]!r}"
-                )
-            rows.append(parts)
+    try:
+        with open(path, encoding="utf-8") as f:
+            for lineno, line in enumerate(f, 1):
+                parts = line.split()
+                if not parts:
+                    continue
+                if len(parts) != columns:
+                    raise BadFile(f"{path}:{lineno}: expected {columns} columns ({what}), got {len(parts)}: "
+                                  f"{line.strip()[:120]!r}")
+                rows.append(parts)
+    except UnicodeDecodeError as err:
+        raise BadFile(f"{path}: not UTF-8 text ({err}); expected {what}") from err
     if not rows:
-        raise ValueError(f"{path} is empty; expected {what}")
+        raise BadFile(f"{path}: empty; expected {what}")
     return rows
+
+
+def _numbers(path: str, rows: list[list[str]], dtype: type, what: str) -> np.ndarray:
+    """The rows' fields as numbers (integers of int64, or finite floats); BadFile naming the file and the row."""
+    out = []
+    for i, row in enumerate(rows, 1):
+        try:
+            values = np.array([int(v) if dtype is np.int64 else float(v) for v in row], dtype=dtype)
+        except (ValueError, OverflowError) as err:
+            raise BadFile(f"{path}: row {i} ({' '.join(row)[:120]!r}): {err}; expected {what}") from None
+        if not np.isfinite(values).all():
+            raise BadFile(f"{path}: row {i} ({' '.join(row)[:120]!r}) holds a value that is not finite; "
+                          f"expected {what}")
+        out.append(values)
+    return np.stack(out)
 
 
 def read_template_media(path: str) -> tuple[list[str], np.ndarray, np.ndarray]:
     """`<target>_face_tid_mid.txt` -> (image names, template ids, media ids)."""
-    rows = _read_columns(path, 3, "'image_name template_id media_id' lines")
-    return [r[0] for r in rows], np.array([int(r[1]) for r in rows]), np.array([int(r[2]) for r in rows])
+    what = "'image_name template_id media_id' lines"
+    rows = _read_columns(path, 3, what)
+    ids = _numbers(path, [r[1:] for r in rows], np.int64, what)
+    return [r[0] for r in rows], ids[:, 0], ids[:, 1]
 
 
 def read_template_pairs(path: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """`<target>_template_pair_label.txt` -> (template ids 1, template ids 2, labels 0/1)."""
-    arr = np.array(_read_columns(path, 3, "'template_id1 template_id2 label' lines"), dtype=np.int64)
+    what = "'template_id1 template_id2 label' lines"
+    arr = _numbers(path, _read_columns(path, 3, what), np.int64, what)
     return arr[:, 0], arr[:, 1], arr[:, 2]
 
 
 def read_landmarks(path: str) -> tuple[list[str], np.ndarray, np.ndarray]:
     """`<target>_name_5pts_score.txt` -> (image names, landmarks [N, 5, 2], detector scores [N])."""
-    rows = _read_columns(path, 12, "'image_name x1 y1 ... x5 y5 score' lines")
-    values = np.array([r[1:] for r in rows], dtype=np.float64)
+    what = "'image_name x1 y1 ... x5 y5 score' lines"
+    rows = _read_columns(path, 12, what)
+    values = _numbers(path, [r[1:] for r in rows], np.float64, what)
     return [r[0] for r in rows], values[:, :10].reshape(-1, 5, 2), values[:, 10]
 
 
@@ -99,11 +121,11 @@ def load_ijb_meta(root: str, target: str = "IJBC", pairs: bool = True) -> IJBMet
     follow the landmark file, joined to templates by name."""
     target = target.upper()
     if target not in ("IJBB", "IJBC"):
-        raise ValueError(f"IJB target must be IJBB or IJBC, got {target!r}")
+        raise BadValue(f"IJB target must be IJBB or IJBC, got {target!r}")
     base = root if os.path.isdir(os.path.join(root, "meta")) else os.path.join(root, target)
     meta = os.path.join(base, "meta")
     if not os.path.isdir(meta):
-        raise FileNotFoundError(
+        raise MissingPath(
             f"IJB: no meta/ folder in {root} or {os.path.join(root, target)}; expected the insightface layout "
             f"<root>/{target}/meta/{target.lower()}_face_tid_mid.txt"
         )
@@ -114,8 +136,9 @@ def load_ijb_meta(root: str, target: str = "IJBC", pairs: bool = True) -> IJBMet
         position = {n: i for i, n in enumerate(tm_names)}
         missing = [n for n in names if n not in position]
         if missing or len(tm_names) != len(names):
-            raise ValueError(
-                f"IJB: {t}_face_tid_mid.txt and {t}_name_5pts_score.txt list different images "
+            raise BadFile(
+                f"{os.path.join(meta, f'{t}_face_tid_mid.txt')}: lists other images than "
+                f"{os.path.join(meta, f'{t}_name_5pts_score.txt')} "
                 f"({len(tm_names)} vs {len(names)}; e.g. {missing[:3]})"
             )
         order = np.array([position[n] for n in names])
@@ -124,7 +147,7 @@ def load_ijb_meta(root: str, target: str = "IJBC", pairs: bool = True) -> IJBMet
     p1, p2, labels = read_template_pairs(os.path.join(meta, f"{t}_template_pair_label.txt")) if pairs else (empty,) * 3
     image_dir = os.path.join(base, "loose_crop")
     if not os.path.isdir(image_dir):
-        raise FileNotFoundError(f"IJB: image folder {image_dir} not found")
+        raise MissingPath(f"IJB: image folder {image_dir} not found")
     return IJBMeta(target, image_dir, names, landmarks, scores, templates, medias, p1, p2, labels)
 
 
@@ -147,7 +170,7 @@ class IJBImages(Dataset):
             try:
                 refuse_too_large(*im.size, MAX_PIXELS)
             except ValueError as exc:
-                raise ValueError(f"{path}: {exc}") from exc
+                raise BadFile(f"{path}: {exc}") from exc
             face = align_face(im.convert("RGB"), self.landmarks[index], self.image_size)
         return torch.from_numpy(np.asarray(face, dtype=np.uint8).copy()).permute(2, 0, 1), index
 
@@ -179,7 +202,7 @@ def template_pair_scores(
     for ids, idx in ((t1, i1), (t2, i2)):
         bad = (idx >= template_ids.shape[0]) | (template_ids[np.minimum(idx, template_ids.shape[0] - 1)] != ids)
         if bad.any():
-            raise ValueError(f"IJB: {int(bad.sum())} pair template ids have no images (e.g. {ids[bad][:3].tolist()})")
+            raise BadValue(f"IJB: {int(bad.sum())} pair template ids have no images (e.g. {ids[bad][:3].tolist()})")
     scores = np.empty(t1.shape[0], dtype=np.float64)
     for s in range(0, t1.shape[0], batch):
         a, b = template_feats[i1[s : s + batch]], template_feats[i2[s : s + batch]]

@@ -17,26 +17,33 @@ from collections.abc import Sequence
 import numpy as np
 
 from elasticface.metrics.ijb_1n import gallery_search
+from elasticface.utils.errors import BadFile, BadValue, MissingPath
 
 
 def read_template_subjects(path: str) -> tuple[np.ndarray, np.ndarray]:
     """(template ids, subject ids), one per template in first-seen order, from a 1:N CSV."""
     if not os.path.isfile(path):
-        raise FileNotFoundError(f"IJB 1:N: {path} not found; expected a CSV 'TEMPLATE_ID,SUBJECT_ID,...' with a header")
+        raise MissingPath(f"IJB 1:N: {path} not found; expected a CSV 'TEMPLATE_ID,SUBJECT_ID,...' with a header")
     templates: dict[int, int] = {}
-    with open(path, encoding="utf-8") as f:
-        next(f, None)
-        for lineno, line in enumerate(f, 2):
-            parts = line.strip().split(",")
-            if not parts[0]:
-                continue
-            try:
-                t, s = int(parts[0]), int(parts[1])
-            except (ValueError, IndexError):
-                raise ValueError(f"{path}:{lineno}: expected 'TEMPLATE_ID,SUBJECT_ID,...', got {line.strip()[:80]!r}")
-            templates.setdefault(t, s)
+    try:
+        with open(path, encoding="utf-8") as f:
+            next(f, None)
+            for lineno, line in enumerate(f, 2):
+                parts = line.strip().split(",")
+                if not parts[0]:
+                    continue
+                try:
+                    t, s = int(parts[0]), int(parts[1])
+                    if not (-(1 << 63) <= t < 1 << 63 and -(1 << 63) <= s < 1 << 63):
+                        raise ValueError("out of the int64 range")
+                except (ValueError, IndexError):
+                    raise BadFile(f"{path}:{lineno}: expected 'TEMPLATE_ID,SUBJECT_ID,...', got "
+                                  f"{line.strip()[:80]!r}") from None
+                templates.setdefault(t, s)
+    except UnicodeDecodeError as err:
+        raise BadFile(f"{path}: not UTF-8 text ({err}); expected a CSV 'TEMPLATE_ID,SUBJECT_ID,...'") from err
     if not templates:
-        raise ValueError(f"{path}: no templates listed")
+        raise BadFile(f"{path}: no templates listed")
     return np.array(list(templates), dtype=np.int64), np.array(list(templates.values()), dtype=np.int64)
 
 
@@ -47,7 +54,7 @@ def gallery_files(meta_dir: str, target: str) -> list[str]:
         paths = [os.path.join(meta_dir, f"{t}_1N_gallery_{a}.csv"), os.path.join(meta_dir, f"{t}_1N_gallery_{b}.csv")]
         if all(os.path.isfile(p) for p in paths):
             return paths
-    raise FileNotFoundError(f"IJB 1:N: neither {t}_1N_gallery_G1.csv + _G2.csv nor _S1.csv + _S2.csv in {meta_dir}")
+    raise MissingPath(f"IJB 1:N: neither {t}_1N_gallery_G1.csv + _G2.csv nor _S1.csv + _S2.csv in {meta_dir}")
 
 
 def identification(template_ids: np.ndarray, template_feats: np.ndarray, meta_dir: str, target: str,
@@ -60,7 +67,7 @@ def identification(template_ids: np.ndarray, template_feats: np.ndarray, meta_di
     p_ids, p_subjects = read_template_subjects(p_path)
     subjects, counts = np.unique(g_subjects, return_counts=True)
     if (counts > 1).any():
-        raise ValueError(f"IJB 1:N: subject {subjects[counts > 1][0]} has {counts[counts > 1][0]} gallery templates; "
+        raise BadValue(f"IJB 1:N: subject {subjects[counts > 1][0]} has {counts[counts > 1][0]} gallery templates; "
                          f"the 1:N protocol has one per subject")
     position = {int(t): i for i, t in enumerate(template_ids)}
     for ids, what in ((g_ids, "gallery"), (p_ids, "probe")):

@@ -29,6 +29,7 @@ from elasticface.eval.megaface_refine import distractor_extension, extend, refin
 from elasticface.eval.megaface_testpack import Testpack, devkit_distractors, devkit_probes, read_testpack
 from elasticface.metrics.megaface import ProbeView, cmc, mate_pairs, mate_scores, search_distractors
 from elasticface.metrics.roc import far_key, impostors_to_keep, tar_at_fars_top
+from elasticface.utils.errors import BadValue
 
 log = logging.getLogger(__name__)
 
@@ -82,7 +83,7 @@ def embed_images(model: Any, dataset: TestpackImages, dtype: torch.dtype, batch_
             on_piece(idx, emb.numpy())
         log.info("megaface: embedded %d of %d images under %s", piece.indices[-1] + 1, len(dataset), dataset.root)
     if out is None:
-        raise ValueError(f"no image to embed under {dataset.root}")
+        raise BadValue(f"no image to embed under {dataset.root}")
     return out, valid
 
 
@@ -173,11 +174,11 @@ def evaluate_megaface(
     device = resolve_device(device)
     store = {"float16": torch.float16, "float32": torch.float32}.get(str(dtype))
     if store is None:
-        raise ValueError(f"megaface.dtype={dtype!r}: expected float16 or float32")
+        raise BadValue(f"megaface.dtype={dtype!r}: expected float16 or float32")
     pack = read_testpack(root, images=not features)
     problems = pack.problems
     if not pack.probes or not pack.distractors:
-        raise ValueError(f"MegaFace testpack {root}: {len(pack.probes)} probes and {len(pack.distractors)} "
+        raise BadValue(f"MegaFace testpack {root}: {len(pack.probes)} probes and {len(pack.distractors)} "
                          f"distractors found; both are needed")
     probe_feats, probe_ok, dist_feats, dist_ok = _features(model, pack, features, algo, devkit_out, store,
                                                            dict(batch_size=batch_size, flip=flip, device=device,
@@ -212,7 +213,7 @@ def _features(model: Any, pack: Testpack, features: str | None, algo: str, devki
         np_store = np.float16 if store == torch.float16 and not devkit_out else np.float32
         dist_feats, dist_ok = files.read_features(dist_paths, problems, f"{features}/megaface", np_store)
         if dist_feats.shape[1] != probe_feats.shape[1]:
-            raise ValueError(f"{features}: probe features have {probe_feats.shape[1]} values, distractor features "
+            raise BadValue(f"{features}: probe features have {probe_feats.shape[1]} values, distractor features "
                              f"{dist_feats.shape[1]}")
         if devkit_out:
             rows = np.flatnonzero(dist_ok)

@@ -5,6 +5,8 @@ A file is the devkit's OpenCV matrix: four little-endian int32 header words (row
 `<out>/facescrub/<identity>/<file>_<algo>.bin` and `<out>/megaface/<a1>/<a2>/<file>_<algo>.bin`; MegaFace (R)'s
 features (remove_noises.py's, one coordinate longer) go to a second folder in the same layout. Files are data:
 a header that does not match the file's size is refused, naming the file, never trusted for an allocation.
+A list entry whose components would put its file outside the folder (`..`, or a link leading out) is refused
+(`BadFile` naming the entry), and each file is written whole or not at all (a temporary name, renamed).
 """
 
 from __future__ import annotations
@@ -13,6 +15,9 @@ import os
 from collections.abc import Iterable, Sequence
 
 import numpy as np
+
+from elasticface.utils.output_paths import atomic_path, inside, inside_lexically
+from elasticface.utils.errors import BadFile, BadValue
 
 HEADER_TAIL = (1, 4, 5)  # cols, element size, CV_32F
 _HEADER = np.dtype("<i4")
@@ -26,7 +31,7 @@ def feature_bytes(vector: np.ndarray) -> bytes:
 
 
 def write_feature(path: str, vector: np.ndarray) -> None:
-    with open(path, "wb") as f:
+    with atomic_path(path) as tmp, open(tmp, "wb") as f:  # no fsync: a million files; a kill leaves no half file
         f.write(feature_bytes(vector))
 
 
@@ -36,30 +41,57 @@ def read_feature(path: str, dim: int | None = None) -> np.ndarray:
     with open(path, "rb") as f:
         data = f.read(16 + 4 * 65536 + 1)  # a feature longer than 65,536 values is not one: never read it all
     if len(data) < 16:
-        raise ValueError(f"{path}: {len(data)} bytes; a devkit feature file starts with a 16-byte header")
+        raise BadFile(f"{path}: {len(data)} bytes; a devkit feature file starts with a 16-byte header")
     rows, *tail = (int(v) for v in np.frombuffer(data[:16], dtype=_HEADER))
     if tuple(tail) != HEADER_TAIL or rows < 1 or len(data) != 16 + 4 * rows:
-        raise ValueError(f"{path}: {len(data)} bytes with header ({rows}, {', '.join(map(str, tail))}); expected "
+        raise BadFile(f"{path}: {len(data)} bytes with header ({rows}, {', '.join(map(str, tail))}); expected "
                          f"(dim, 1, 4, 5) and 16 + 4 x dim bytes (the devkit's float32 matrix file)")
     if dim is not None and rows != dim:
-        raise ValueError(f"{path}: a feature of {rows} values where the others have {dim}")
+        raise BadFile(f"{path}: a feature of {rows} values where the others have {dim}")
     return np.frombuffer(data[16:], dtype=_VALUES).copy()
 
 
-def probe_file(folder: str, probe: str, algo: str) -> str:
+class FeaturePath(str):
+    """A feature file's path that remembers the folder it was built under (`root`), where `write_features` checks
+    that it lands."""
+
+    root: str
+    entry: str
+
+    def __new__(cls, path: str, root: str, entry: str) -> FeaturePath:
+        made = super().__new__(cls, path)
+        made.root, made.entry = root, entry
+        return made
+
+    def __reduce__(self) -> tuple:
+        return FeaturePath, (str(self), self.root, self.entry)
+
+
+def probe_file(folder: str, probe: str, algo: str) -> FeaturePath:
+    """`<folder>/facescrub/<identity>/<file>_<algo>.bin` of a probe list entry; `BadFile` naming the entry if its
+    components climb out of `folder`."""
     identity, name = probe.split("/")[-2:]
-    return os.path.join(folder, "facescrub", identity, f"{name}_{algo}.bin")
+    path = inside_lexically(folder, os.path.join("facescrub", identity, f"{name}_{algo}.bin"),
+                            f"the probe list entry {probe!r}")
+    return FeaturePath(path, folder, probe)
 
 
-def distractor_file(folder: str, distractor: str, algo: str) -> str:
+def distractor_file(folder: str, distractor: str, algo: str) -> FeaturePath:
+    """`<folder>/megaface/<a1>/<a2>/<file>_<algo>.bin` of a distractor list entry; `BadFile` naming the entry if
+    its components climb out of `folder`."""
     a1, a2, name = distractor.split("/")[-3:]
-    return os.path.join(folder, "megaface", a1, a2, f"{name}_{algo}.bin")
+    path = inside_lexically(folder, os.path.join("megaface", a1, a2, f"{name}_{algo}.bin"),
+                            f"the distractor list entry {distractor!r}")
+    return FeaturePath(path, folder, distractor)
 
 
 def write_features(paths: Iterable[str], features: np.ndarray) -> None:
-    """One file per row; folders made as needed."""
+    """One file per row; folders made as needed. A path built by `probe_file` / `distractor_file` is written only
+    if its real path (links followed) lies inside the folder it was built under (`BadFile` naming the entry)."""
     made: set[str] = set()
     for path, row in zip(paths, features):
+        if isinstance(path, FeaturePath):
+            inside(path.root, os.path.relpath(path, path.root), f"the MegaFace list entry {path.entry!r}")
         folder = os.path.dirname(path)
         if folder not in made:
             os.makedirs(folder, exist_ok=True)
@@ -87,5 +119,5 @@ def read_features(paths: Sequence[str], problems: list[str], what: str,
         problems.append(f"{what}: {len(bad)} of {len(paths)} feature files unreadable or of the wrong size "
                         f"(skipped; first: {bad[0]})")
     if out is None:
-        raise ValueError(f"{what}: not one readable feature file among {len(paths)} (first: {bad[0] if bad else '-'})")
+        raise BadValue(f"{what}: not one readable feature file among {len(paths)} (first: {bad[0] if bad else '-'})")
     return out, valid

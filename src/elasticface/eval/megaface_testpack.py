@@ -21,6 +21,7 @@ import os
 from dataclasses import dataclass, field
 
 import numpy as np
+from elasticface.utils.errors import BadFile, MissingPath
 
 PROBE_DIR, DISTRACTOR_DIR = "facescrub_images", "megaface_images"
 PROBE_LIST, DISTRACTOR_LIST = "facescrub_lst", "megaface_lst"
@@ -49,10 +50,39 @@ class Testpack:
         return os.path.join(self.root, DISTRACTOR_DIR)
 
 
+def numbered_lines(path: str) -> list[tuple[int, str]]:
+    """(line number, line) of the non-empty lines without `#` comments, stripped; BadFile if not UTF-8 text."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            return [(n, s) for n, s in enumerate((line.strip() for line in f), 1) if s and not s.startswith("#")]
+    except UnicodeDecodeError as err:
+        raise BadFile(f"{path}: not UTF-8 text ({err}); expected one entry per line") from err
+
+
 def read_lines(path: str) -> list[str]:
     """Non-empty lines without `#` comments, stripped."""
-    with open(path, encoding="utf-8") as f:
-        return [s for s in (line.strip() for line in f) if s and not s.startswith("#")]
+    return [s for _, s in numbered_lines(path)]
+
+
+def _inside(list_path: str, folder: str, image_dir: str, follow_links: bool) -> list[str]:
+    """The entries of a list of images relative to `image_dir`; one that leaves it (an absolute path, a `..`
+    component, or with `follow_links` a link leading out) is refused, BadFile naming the list, the line and the
+    entry: the file it names is never opened."""
+    real_dir = os.path.realpath(image_dir) if follow_links else ""
+    entries = []
+    for lineno, entry in numbered_lines(list_path):
+        if "\0" in entry:
+            raise BadFile(f"{list_path}:{lineno}: the entry {entry!r} holds a NUL character; expected a path")
+        parts = entry.replace("\\", "/").split("/")
+        leaves = entry.startswith(("/", "\\")) or os.path.isabs(entry) or ".." in parts
+        if not leaves and follow_links:
+            real = os.path.realpath(os.path.join(image_dir, entry))
+            leaves = os.path.commonpath([real_dir, real]) != real_dir or real == real_dir
+        if leaves:
+            raise BadFile(f"{list_path}:{lineno}: the entry {entry!r} leaves {folder}/ (an absolute path, a '..' "
+                          f"component or a link leading out of {image_dir}); expected a path inside it")
+        entries.append(entry)
+    return entries
 
 
 def _walk(folder: str, depth: int) -> list[str]:
@@ -71,17 +101,22 @@ def _listed(root: str, list_name: str, folder: str, depth: int, problems: list[s
     list_path, image_dir = os.path.join(root, list_name), os.path.join(root, folder)
     if not images:
         if not os.path.isfile(list_path):
-            raise FileNotFoundError(f"MegaFace testpack {root}: {list_name} not found; the features' file names "
+            raise MissingPath(f"MegaFace testpack {root}: {list_name} not found; the features' file names "
                                     f"come from it")
-        return read_lines(list_path)
+        return _inside(list_path, folder, image_dir, follow_links=False)
     if not os.path.isdir(image_dir):
-        raise FileNotFoundError(f"MegaFace testpack {root}: no {folder}/ folder; expected insightface's "
+        raise MissingPath(f"MegaFace testpack {root}: no {folder}/ folder; expected insightface's "
                                 f"megaface_testpack_v1.0 layout ({PROBE_DIR}/, {DISTRACTOR_DIR}/, {PROBE_LIST}, ...)")
     if not os.path.isfile(list_path):
         found = _walk(image_dir, depth)
+        real_dir = os.path.realpath(image_dir)
+        out = next((p for p in found if os.path.commonpath([real_dir, os.path.realpath(os.path.join(image_dir, p))])
+                    != real_dir), None)
+        if out is not None:
+            raise BadFile(f"{image_dir}: {out!r} is a link that leaves {folder}/; expected the testpack's own images")
         problems.append(f"{list_path} missing: the {len(found)} images under {image_dir} used instead")
         return found
-    listed = read_lines(list_path)
+    listed = _inside(list_path, folder, image_dir, follow_links=True)
     present = [p for p in listed if os.path.isfile(os.path.join(image_dir, p))]
     if len(present) < len(listed):
         first = next(p for p in listed if not os.path.isfile(os.path.join(image_dir, p)))
@@ -127,10 +162,14 @@ def _unmatched(names: set[str], path: str, what: str, problems: list[str]) -> No
 
 
 def _read_json_paths(path: str, keys: tuple[str, ...]) -> dict[str, list]:
-    with open(path, encoding="utf-8") as f:
-        data = json.load(f)
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+    except (ValueError, RecursionError) as err:  # JSONDecodeError, UnicodeDecodeError, int digits: ValueErrors
+        raise BadFile(f"{path}: not JSON text ({type(err).__name__}: {err}); expected the MegaFace devkit's "
+                      f"template list") from err
     if not isinstance(data, dict) or any(not isinstance(data.get(k), list) for k in keys):
-        raise ValueError(f"{path}: expected a JSON object with list(s) {', '.join(map(repr, keys))} "
+        raise BadFile(f"{path}: expected a JSON object with list(s) {', '.join(map(repr, keys))} "
                          f"(the MegaFace devkit's template list)")
     return data
 
@@ -164,7 +203,7 @@ def devkit_probes(templatelists: str, pack: Testpack, problems: list[str]) -> tu
         return None
     data = _read_json_paths(path, ("path", "id"))
     if len(data["path"]) != len(data["id"]):
-        raise ValueError(f"{path}: {len(data['path'])} paths but {len(data['id'])} ids")
+        raise BadFile(f"{path}: {len(data['path'])} paths but {len(data['id'])} ids")
     found = _match([str(p) for p in data["path"]], pack.probes, path, "probes", problems, key=probe_key)
     return [row for _, row in found], [str(data["id"][j]) for j, _ in found]
 

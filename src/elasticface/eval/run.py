@@ -12,7 +12,9 @@ from typing import Any
 import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
+from elasticface.utils.config import ConfigError
 from elasticface.utils.progress import Progress
+from elasticface.utils.errors import BadValue, MissingPath
 
 log = logging.getLogger(__name__)
 
@@ -50,12 +52,12 @@ def verification_sets(cfg: DictConfig, image_size: int = 112) -> dict[str, Any]:
             if missing:
                 log.warning("skipping verification sets not found in %s: %s", root, ", ".join(missing))
             if not present:
-                raise FileNotFoundError(f"none of data.val_sets={names} exists as {root}/<name>.bin")
+                raise MissingPath(f"none of data.val_sets={names} exists as {root}/<name>.bin")
             names = present
         sets.update(find_bin_sets(root, names, image_size=image_size))
     if cfg.get("pairs_file"):
         if not cfg.get("image_root"):
-            raise ValueError("pairs_file= needs image_root= (the folder its paths are relative to)")
+            raise BadValue("pairs_file= needs image_root= (the folder its paths are relative to)")
         pairs = pairs_from_list(str(cfg.pairs_file), str(cfg.image_root), cfg.get("pairs_name"), image_size=image_size)
         sets[pairs.name] = pairs
     return sets
@@ -94,11 +96,12 @@ def _columns(rows: list[dict[str, Any]]) -> list[str]:
 def write_results(rows: list[dict[str, Any]], output_dir: str, meta: dict[str, Any],
                   blocks: dict[str, Any] | None = None) -> tuple[str, str]:
     """results.json ({"meta", "results": rows, **blocks}: a benchmark's detail such as "megaface") and results.csv."""
+    from elasticface.utils.output_paths import atomic_path, atomic_write  # whole or not at all
+
     json_path = os.path.join(output_dir, "results.json")
-    with open(json_path, "w") as f:
-        json.dump({"meta": meta, "results": rows, **(blocks or {})}, f, indent=2)
+    atomic_write(json_path, json.dumps({"meta": meta, "results": rows, **(blocks or {})}, indent=2))
     csv_path = os.path.join(output_dir, "results.csv")
-    with open(csv_path, "w", newline="") as f:
+    with atomic_path(csv_path) as tmp, open(tmp, "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=_columns(rows))
         writer.writeheader()
         writer.writerows(rows)
@@ -138,7 +141,7 @@ def evaluate(cfg: DictConfig, output_dir: str | None = None) -> list[dict[str, A
     mf_cfg = cfg.get("megaface") or {}
     data = cfg.get("data") or {}
     if not data.get("val_root") and not cfg.get("pairs_file") and not ijb_cfg.get("root") and not mf_cfg.get("root"):
-        raise ValueError(NOTHING)
+        raise ConfigError(NOTHING)
     device = resolve_device(cfg.get("device", "auto"))
     # MegaFace from gen_megaface.py's feature files alone needs no model
     features_only = (bool(mf_cfg.get("features")) and not cfg.get("weights")
@@ -153,7 +156,7 @@ def evaluate(cfg: DictConfig, output_dir: str | None = None) -> list[dict[str, A
         image_size = input_size(data.get("image_size"), model, model_file)
     sets = verification_sets(cfg, image_size)  # read once the model file is known to be usable
     if not sets and not ijb_cfg.get("root") and not mf_cfg.get("root"):
-        raise ValueError(NOTHING)
+        raise ConfigError(NOTHING)
     kw = dict(batch_size=int(cfg.batch_size), flip=bool(cfg.flip), device=device, num_workers=int(cfg.num_workers))
     rows: list[dict[str, Any]] = []
     curves: dict[str, dict[str, np.ndarray]] = {}
@@ -195,7 +198,7 @@ def _evaluate_ijb(model: Any, ijb_cfg: DictConfig, image_size: int, kw: dict[str
 
     protocol = str(ijb_cfg.get("protocol", "1v1"))
     if protocol not in ("1v1", "1n", "both"):
-        raise ValueError(f"ijb.protocol={protocol!r}: expected 1v1 (verification), 1n (identification) or both")
+        raise BadValue(f"ijb.protocol={protocol!r}: expected 1v1 (verification), 1n (identification) or both")
     target = str(ijb_cfg.target).upper()
     fars = [float(f) for f in ijb_cfg.fars]
     start = time.perf_counter()

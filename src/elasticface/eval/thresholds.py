@@ -15,11 +15,13 @@ import functools
 import glob
 import json
 import logging
+import math
 import os
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable
 
 from elasticface.utils.checksum import file_sha256
+from elasticface.utils.errors import BadFile, BadValue
 
 log = logging.getLogger(__name__)
 
@@ -51,9 +53,11 @@ def beside_weights(weights: str) -> str:
 def _check_sets(path: str, sets: Any) -> dict[str, dict[str, Any]]:
     try:
         for entry in sets.values():
-            float(entry["cosine"])
-    except (ValueError, KeyError, TypeError, AttributeError) as exc:
-        raise ValueError(f"{path}: expected {{set name: {{'cosine': number, ...}}}} as eval.py writes it ({exc})")
+            if not math.isfinite(float(entry["cosine"])):
+                raise ValueError(f"cosine {entry['cosine']!r}")
+    except (ValueError, KeyError, TypeError, AttributeError, OverflowError) as exc:
+        raise BadFile(f"{path}: expected {{set name: {{'cosine': number, ...}}}} as eval.py writes it "
+                      f"({type(exc).__name__}: {exc})") from None
     return sets
 
 
@@ -61,10 +65,11 @@ def read_file(path: str) -> Stored:
     """A run's `thresholds.json` ({"weights", "sha256", "sets"}) or an old `<weights>.thresholds.json` (the sets
     alone); a file that is neither is an error naming it."""
     try:
-        with open(path) as f:
+        with open(path, encoding="utf-8") as f:
             table = json.load(f)
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"{path}: not JSON ({exc}); expected the thresholds eval.py writes")
+    except (ValueError, RecursionError) as exc:  # JSONDecodeError, UnicodeDecodeError, 4,300-digit numbers
+        raise BadFile(f"{path}: not JSON ({type(exc).__name__}: {exc}); expected the thresholds eval.py "
+                      f"writes") from exc
     if isinstance(table, dict) and "sets" in table and "sha256" in table:
         return Stored(path, _check_sets(path, table["sets"]), str(table["sha256"]))
     return Stored(path, _check_sets(path, table), None)
@@ -115,7 +120,7 @@ def find_thresholds(weights: str, search: Iterable[str]) -> list[Stored]:
             if stored.sha256 == digest():
                 tables.append(stored)
             elif direct:
-                raise ValueError(f"{path}: measured on a model file with SHA-256 {stored.sha256[:12]}..., not on "
+                raise BadValue(f"{path}: measured on a model file with SHA-256 {stored.sha256[:12]}..., not on "
                                  f"{weights} ({digest()[:12]}...); expected the thresholds of that model")
     old = beside_weights(weights)
     if os.path.isfile(old):
@@ -136,7 +141,7 @@ def stored_threshold(weights: str, set_name: str | None = None,
             first.setdefault(name, stored)
     if not first:
         if set_name is not None:
-            raise ValueError(f"no thresholds stored for {weights} (searched {', '.join(search)} and "
+            raise BadValue(f"no thresholds stored for {weights} (searched {', '.join(search)} and "
                              f"{beside_weights(weights)}); run eval.py on set {set_name!r} first")
         return None
     if set_name is None:
@@ -145,8 +150,8 @@ def stored_threshold(weights: str, set_name: str | None = None,
         elif len(first) == 1:
             set_name = next(iter(first))
         else:
-            raise ValueError(f"thresholds for {weights} are stored for {sorted(first)}: name one with --set")
+            raise BadValue(f"thresholds for {weights} are stored for {sorted(first)}: name one with --set")
     if set_name not in first:
-        raise ValueError(f"no threshold for set {set_name!r} stored for {weights}; stored: {sorted(first)}")
+        raise BadValue(f"no threshold for set {set_name!r} stored for {weights}; stored: {sorted(first)}")
     stored = first[set_name]
     return float(stored.sets[set_name]["cosine"]), set_name, stored.where

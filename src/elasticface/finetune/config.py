@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from omegaconf import DictConfig, OmegaConf
+from elasticface.utils.errors import BadValue
 
 log = logging.getLogger(__name__)
 
@@ -90,17 +91,17 @@ def resolve(cfg: DictConfig) -> StartWeights | None:
     for key in ("head_only_epochs", "backbone_lr_scale", "l2sp_alpha"):
         value = parts.get(key, 0)
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
-            raise ValueError(f"finetune.{key}={value!r}: expected a number >= 0"
+            raise BadValue(f"finetune.{key}={value!r}: expected a number >= 0"
                              + (" (0 keeps the backbone's weights fixed)" if key == "backbone_lr_scale" else ""))
     alpha = parts.get("wise_alpha", 1.0)
     if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not 0 <= alpha <= 1:
-        raise ValueError(f"finetune.wise_alpha={alpha!r}: expected a number in [0, 1], the fine-tuned weights' share "
+        raise BadValue(f"finetune.wise_alpha={alpha!r}: expected a number in [0, 1], the fine-tuned weights' share "
                          "of the final backbone (1: as trained, 0: the loaded weights)")
     path = cfg.get("weights")
     for key, (what, off) in NEED_WEIGHTS.items():
         if parts.get(key, off) != off and not path:
             value = str(parts.get(key)).lower() if isinstance(parts.get(key), bool) else parts.get(key)
-            raise ValueError(f"finetune.{key}={value} {what}, but no weights= names the file to load (a "
+            raise BadValue(f"finetune.{key}={value} {what}, but no weights= names the file to load (a "
                              "fine-tune: weights=<backbone .pth or model-0000.params>)")
     if OmegaConf.select(cfg, "trainer.max_steps", default=-1) in (None, -1) and cfg.trainer.get("max_epochs"):
         head_only_steps(float(parts.get("head_only_epochs") or 0), 1, int(cfg.trainer.max_epochs), unit="epochs")

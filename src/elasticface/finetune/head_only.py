@@ -6,6 +6,7 @@ the backbone's first gradients come from centres that already fit its embeddings
 from __future__ import annotations
 
 import math
+from elasticface.utils.errors import BadValue
 
 KEY = "finetune.head_only_epochs"
 
@@ -17,12 +18,12 @@ def head_only_steps(epochs: float, steps_per_epoch: float, run: int, unit: str =
     if epochs <= 0:
         return 0
     if not math.isfinite(steps_per_epoch):
-        raise ValueError(f"{KEY}={epochs:g}: this run's epochs have no known length (Lightning counts "
+        raise BadValue(f"{KEY}={epochs:g}: this run's epochs have no known length (Lightning counts "
                          f"{steps_per_epoch} batches per epoch), so neither has a phase in epochs; bound the epochs "
                          f"(trainer.limit_train_batches) or set {KEY}=0")
     phase = round(epochs * steps_per_epoch)
     if phase >= run:
-        raise ValueError(f"{KEY}={epochs:g}: the head-only phase ({phase} {unit}) is not shorter than the run ({run} "
+        raise BadValue(f"{KEY}={epochs:g}: the head-only phase ({phase} {unit}) is not shorter than the run ({run} "
                          f"{unit}), so the backbone would never train (finetune.backbone_lr_scale=0 keeps it fixed on "
                          f"purpose)")
     return phase

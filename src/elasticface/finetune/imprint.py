@@ -17,6 +17,7 @@ from torch.nn import functional as F
 
 from elasticface.data import transforms
 from elasticface.data.faults import DroppedRecord
+from elasticface.utils.errors import BadValue
 
 KEY = "finetune.imprint_centers"
 
@@ -39,7 +40,7 @@ def class_means(embed: Callable[[Tensor], Tensor], train_set: Any, num_classes: 
         counts = torch.bincount(torch.as_tensor(labels, dtype=torch.long), minlength=num_classes)
         empty = (counts[:num_classes] == 0).nonzero().flatten().tolist()
         if empty:
-            raise ValueError(f"{KEY}=true: class {_class_name(train_set, empty[0])} has no training image "
+            raise BadValue(f"{KEY}=true: class {_class_name(train_set, empty[0])} has no training image "
                              f"({len(empty)} such classes), so its centre has no mean to start at; remove its "
                              f"folder or set {KEY}=false")
     sums: Tensor | None = None
@@ -75,7 +76,7 @@ def class_means(embed: Callable[[Tensor], Tensor], train_set: Any, num_classes: 
     empty = (seen == 0).nonzero().flatten().tolist()
     if sums is None or empty:
         first = _class_name(train_set, empty[0]) if empty else "0"
-        raise ValueError(f"{KEY}=true: class {first} has no readable training image, so its centre has no mean to "
+        raise BadValue(f"{KEY}=true: class {first} has no readable training image, so its centre has no mean to "
                          f"start at; set {KEY}=false")
     return F.normalize(sums, dim=1)
 
@@ -87,10 +88,10 @@ def imprint_centers(model: nn.Module, train_set: Any, batch_size: int = 128, ima
     the pass, then as before."""
     centers = model.centers
     if getattr(centers, "centers_per_class", 1) != 1:
-        raise ValueError(f"{KEY}=true: the head keeps {centers.centers_per_class} sub-centres per class, which one "
+        raise BadValue(f"{KEY}=true: the head keeps {centers.centers_per_class} sub-centres per class, which one "
                          f"mean would make identical (they would never move apart); set {KEY}=false")
     if not getattr(model.head, "normalized", True):
-        raise ValueError(f"{KEY}=true: the head compares raw inner products (not cosines), which a class mean of "
+        raise BadValue(f"{KEY}=true: the head compares raw inner products (not cosines), which a class mean of "
                          f"unit embeddings does not start; set {KEY}=false")
     weight = centers.weight
     was_training = model.backbone.training
@@ -101,7 +102,7 @@ def imprint_centers(model: nn.Module, train_set: Any, batch_size: int = 128, ima
     finally:
         model.backbone.train(was_training)
     if weight.shape != means.shape:
-        raise ValueError(f"{KEY}=true: the class centres are {tuple(weight.shape)}, the class means "
+        raise BadValue(f"{KEY}=true: the class centres are {tuple(weight.shape)}, the class means "
                          f"{tuple(means.shape)}; imprinting needs every class's centre in this process")
     with torch.no_grad():
         weight.copy_(means.to(weight.dtype))

@@ -22,12 +22,13 @@ from torch import Tensor
 from .base import MarginHead
 from .functional import safe_acos
 from .plan import HeadInputs, HeadPlan
+from elasticface.utils.errors import BadValue
 
 
 def fixed_scale(num_classes: int) -> float:
     """AdaCos's fixed scale ``sqrt(2)·log(C - 1)``."""
     if num_classes < 3:
-        raise ValueError(f"num_classes={num_classes}: AdaCos needs >= 3 classes")
+        raise BadValue(f"num_classes={num_classes}: AdaCos needs >= 3 classes")
     return math.sqrt(2.0) * math.log(num_classes - 1)
 
 
@@ -62,7 +63,7 @@ class AdaCos(MarginHead):
         if not self.dynamic or not self.training:
             return HeadPlan(cos_y * s_old, lambda c: c * s_old, s_old)
         if batch.nontarget_lse is None:
-            raise ValueError("AdaCos(dynamic=True) needs nontarget_lse: its scale reads every non-target logit")
+            raise BadValue("AdaCos(dynamic=True) needs nontarget_lse: its scale reads every non-target logit")
         with torch.no_grad():
             c = cos_y.detach()
             log_nt = batch.nontarget_lse(lambda x: x * s_old, s_old)

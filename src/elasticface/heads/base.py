@@ -23,6 +23,7 @@ from .dense import dense_logits
 from .functional import GRADIENTS, GUARDS
 from .plan import HeadInputs, HeadPlan, NonTargetLSE
 from .shard import ClassShard
+from elasticface.utils.errors import BadValue
 
 
 def check_range(
@@ -36,7 +37,7 @@ def check_range(
 ) -> float:
     """Raise ``ValueError("name=value: must be ...")`` unless ``value`` lies in the given range."""
     if value is None or isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ValueError(f"{name}={value!r}: must be a number")
+        raise BadValue(f"{name}={value!r}: must be a number")
     ok = math.isfinite(value)
     if lo is not None:
         ok = ok and (value > lo if lo_open else value >= lo)
@@ -49,13 +50,13 @@ def check_range(
             want = f"{'<' if hi_open else '<='} {hi:g}"
         else:
             want = f"in {'(' if lo_open else '['}{lo:g}, {hi:g}{')' if hi_open else ']'}"
-        raise ValueError(f"{name}={value}: must be {want}{hint}")
+        raise BadValue(f"{name}={value}: must be {want}{hint}")
     return float(value)
 
 
 def check_choice(name: str, value: str, choices: tuple[str, ...]) -> str:
     if value not in choices:
-        raise ValueError(f"{name}={value!r}: must be one of {list(choices)}")
+        raise BadValue(f"{name}={value!r}: must be one of {list(choices)}")
     return value
 
 
@@ -127,7 +128,7 @@ class MarginHead(nn.Module):
             if norms is not None:
                 norms = norms.to(cos_y.dtype).reshape(-1)
             elif self.needs_norms:
-                raise ValueError(f"{type(self).__name__} needs the embedding norms: pass norms=[B]")
+                raise BadValue(f"{type(self).__name__} needs the embedding norms: pass norms=[B]")
             plan = self.train_plan(HeadInputs(cos_y, valid, norms, num_columns, nontarget_lse, shard))
             if plan.margins is not None:
                 plan.margins = plan.margins.detach()

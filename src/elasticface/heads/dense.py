@@ -19,6 +19,7 @@ from torch import Tensor, nn
 
 from .plan import HeadPlan
 from .shard import ClassShard
+from elasticface.utils.errors import BadValue
 
 
 def _times(cos: Tensor, scale: float | Tensor) -> Tensor:
@@ -97,7 +98,7 @@ def dense_logits(
         if cos.dtype != torch.float64:
             cos = cos.float()
         if cos.dim() != 2 or labels.shape != cos.shape[:1]:
-            raise ValueError(
+            raise BadValue(
                 f"{type(head).__name__}: cos must be [B, C] and labels [B], got {tuple(cos.shape)} "
                 f"and {tuple(labels.shape)}"
             )
@@ -110,7 +111,7 @@ def dense_logits(
             cos_y, valid, num_columns = local_y, owned, cos.shape[1]
         else:
             if num_columns is None:
-                raise ValueError("dense_logits: a sharded call needs num_columns (every rank's columns)")
+                raise BadValue("dense_logits: a sharded call needs num_columns (every rank's columns)")
             cos_y, valid = shard.target_cos(local_y, owned), shard.valid
         stand_in = cos_y.clone().requires_grad_(torch.is_grad_enabled())
 

@@ -45,6 +45,7 @@ from elasticface.utils.seeding import stream_seed
 from .base import GuardedHead, check_choice, check_range
 from .functional import margin_plan
 from .plan import HeadInputs, HeadPlan
+from elasticface.utils.errors import BadValue
 
 
 def rank_assign(draws: Tensor, cos_y: Tensor, valid: Tensor, mode: str = "paper") -> Tensor:
@@ -67,7 +68,7 @@ def rank_assign(draws: Tensor, cos_y: Tensor, valid: Tensor, mode: str = "paper"
         cpos = (torch.cumsum(valid.long(), 0) - 1).clamp(min=0)  # compacted position of each row
         out = m_asc[cpos[perm_full[cpos]]]
     else:
-        raise ValueError(f"plus_assignment={mode!r}: must be one of ['paper', 'official']")
+        raise BadValue(f"plus_assignment={mode!r}: must be one of ['paper', 'official']")
     return torch.where(valid, out, draws)
 
 
@@ -100,7 +101,7 @@ class _ElasticBase(GuardedHead):
             check_range("truncate", truncate, 0.0, None, lo_open=True, hint=" (in units of sigma), 'nonneg' or null")
         self.truncate = truncate
         if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
-            raise ValueError(f"seed={seed!r}: must be an integer or null")
+            raise BadValue(f"seed={seed!r}: must be an integer or null")
         self.seed = seed
         self.step = 0
 

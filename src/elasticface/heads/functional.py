@@ -26,6 +26,7 @@ import torch
 from torch import Tensor
 
 from elasticface.heads.plan import HeadPlan
+from elasticface.utils.errors import BadValue
 
 Guard = Literal["none", "easy", "thmm", "clip", "continuous"]
 Gradient = Literal["exact", "straight_through"]
@@ -92,11 +93,11 @@ def margin_target(
             sign = 1.0 - 2.0 * torch.remainder(k, 2.0)
             target = sign * torch.cos(phi) - 2.0 * k - m3
         else:
-            raise ValueError(f"guard={guard!r}: must be one of {GUARDS}")
+            raise BadValue(f"guard={guard!r}: must be one of {GUARDS}")
     if gradient == "straight_through":
         return c + (target - c).detach()
     if gradient != "exact":
-        raise ValueError(f"gradient={gradient!r}: must be one of {GRADIENTS}")
+        raise BadValue(f"gradient={gradient!r}: must be one of {GRADIENTS}")
     return target
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import importlib
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
+from elasticface.utils.errors import BadValue
 
 if TYPE_CHECKING:
     from .base import MarginHead
@@ -42,7 +43,7 @@ class HeadEntry:
         """The head class, imported on first use (`".margin:ArcFace"` from this package)."""
         module, _, name = self.cls.partition(":")
         if not module or not name:
-            raise ValueError(f"HeadEntry.cls={self.cls!r}: expected 'module:Class', e.g. '.margin:ArcFace'")
+            raise BadValue(f"HeadEntry.cls={self.cls!r}: expected 'module:Class', e.g. '.margin:ArcFace'")
         return getattr(importlib.import_module(module, __package__), name)
 
     def top_level(self) -> dict[str, float]:
@@ -165,7 +166,7 @@ def head_names() -> list[str]:
 def head_entry(name: str) -> HeadEntry:
     """The registry entry of `head=<name>`, or a ValueError that lists the valid names."""
     if name not in HEADS:
-        raise ValueError(f"head={name!r}: unknown; valid names are {head_names()} (or subcenter_<name>)")
+        raise BadValue(f"head={name!r}: unknown; valid names are {head_names()} (or subcenter_<name>)")
     return HEADS[name]
 
 

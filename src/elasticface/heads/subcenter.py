@@ -16,6 +16,7 @@ from torch import Tensor, nn
 
 from .base import MarginHead
 from .plan import HeadPlan
+from elasticface.utils.errors import BadValue
 
 
 class SubCenter(MarginHead):
@@ -24,11 +25,11 @@ class SubCenter(MarginHead):
     def __init__(self, base: MarginHead, *, k: int) -> None:
         nn.Module.__init__(self)
         if not isinstance(base, MarginHead):
-            raise ValueError(f"base={type(base).__name__}: must be a MarginHead")
+            raise BadValue(f"base={type(base).__name__}: must be a MarginHead")
         if isinstance(k, bool) or not isinstance(k, int) or k < 1:
-            raise ValueError(f"k={k!r}: must be an integer >= 1")
+            raise BadValue(f"k={k!r}: must be an integer >= 1")
         if isinstance(base, SubCenter):
-            raise ValueError("base: a SubCenter cannot wrap another SubCenter")
+            raise BadValue("base: a SubCenter cannot wrap another SubCenter")
         self.base = base
         self.k = k
         self.s = base.s
@@ -44,7 +45,7 @@ class SubCenter(MarginHead):
     def pool(self, cos: Tensor) -> Tensor:
         """``[B, C*K] -> [B, C]`` by the max over each class's K sub-centres."""
         if cos.shape[-1] % self.k:
-            raise ValueError(f"SubCenter(k={self.k}): got {cos.shape[-1]} columns, not a multiple of k")
+            raise BadValue(f"SubCenter(k={self.k}): got {cos.shape[-1]} columns, not a multiple of k")
         if self.k == 1:
             return cos
         return cos.unflatten(-1, (cos.shape[-1] // self.k, self.k)).amax(dim=-1)

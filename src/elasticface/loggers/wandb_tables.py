@@ -14,6 +14,7 @@ from typing import Any
 
 from elasticface.loggers.run_names import sweep_group
 from elasticface.utils.wandb_mode import wandb_mode
+from elasticface.utils.errors import BadValue, MissingPath
 
 
 def table_columns(rows: Sequence[Mapping[str, Any]]) -> list[str]:
@@ -33,13 +34,13 @@ def log_report_table(rows: Sequence[Mapping[str, Any]], sweep_dir: str | Path, k
 
     sweep_dir = Path(sweep_dir)
     if not sweep_dir.is_dir():
-        raise FileNotFoundError(f"{sweep_dir}: no such sweep directory")
+        raise MissingPath(f"{sweep_dir}: no such sweep directory")
     columns = list(columns) if columns is not None else table_columns(rows)
     if not columns:
-        raise ValueError("log_report_table: no columns (rows is empty and no columns were given)")
+        raise BadValue("log_report_table: no columns (rows is empty and no columns were given)")
     unknown = sorted({k for row in rows for k in row} - set(columns))
     if unknown:
-        raise ValueError(f"log_report_table: row keys {unknown} are not among the columns {columns}")
+        raise BadValue(f"log_report_table: row keys {unknown} are not among the columns {columns}")
     data = [[_cell(row.get(column)) for column in columns] for row in rows]
     mode = wandb_mode()
     run = wandb.init(project=project, entity=entity, dir=str(sweep_dir), mode=mode, group=sweep_group(sweep_dir),

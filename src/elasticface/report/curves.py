@@ -18,6 +18,7 @@ import numpy as np
 
 from elasticface.report.sweep import Job
 from elasticface.report.table import varying_choices
+from elasticface.utils.output_paths import atomic_path
 
 SIGNALS = {  # metric -> panel title
     "train/loss": "training loss",
@@ -101,6 +102,7 @@ def plot_training_curves(jobs: list[Job], path: Path) -> Path | None:
     for ax in list(axes.flat)[len(panels):]:
         ax.set_visible(False)
     legend_below(fig, list(lines.values()), list(lines), max_columns=3)
-    fig.savefig(path, dpi=100)
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, dpi=100, format="png")
     plt.close(fig)
     return path

@@ -12,6 +12,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
 from elasticface.report.table import FAMILY_NAMES, Report, Row  # noqa: E402
+from elasticface.utils.output_paths import atomic_path  # noqa: E402
 
 PANEL_WIDTH_IN = 3.6
 PANEL_HEIGHT_IN = 3.4
@@ -69,6 +70,7 @@ def plot_accuracy_vs_sigma(report: Report, path: str | Path) -> Path:
     """Write :func:`accuracy_vs_sigma_figure` as a PNG at `path`."""
     fig = accuracy_vs_sigma_figure(report)
     path = Path(path)
-    fig.savefig(path, dpi=110)
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, dpi=110, format="png")
     plt.close(fig)
     return path

@@ -10,8 +10,11 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from elasticface.utils.errors import MissingPath
 
 REQUIRED_KEYS = ("head", "m", "sigma", "seed", "val/sets")
+#: a job stopped by a user's mistake writes this into its folder (cli/job_failures.py)
+FAILED = "failed.json"
 
 
 @dataclass
@@ -41,6 +44,12 @@ class Sweep:
 
 def _read_summary(path: Path) -> tuple[dict[str, Any] | None, str]:
     file = path / "summary.json"
+    failed = path / FAILED
+    if failed.exists() and not file.exists():
+        try:
+            return None, f"failed: {json.loads(failed.read_text())['error']}"
+        except (OSError, ValueError, KeyError, TypeError):
+            return None, f"failed ({failed} unreadable)"
     if not file.exists():
         return None, "no summary.json: still running, or failed"
     try:
@@ -63,12 +72,12 @@ def read_sweep(root: str | Path) -> Sweep:
     """Every job under ``root`` (a multirun directory, or a single run's directory)."""
     root = Path(root)
     if not root.is_dir():
-        raise FileNotFoundError(f"sweep directory {root} does not exist")
+        raise MissingPath(f"sweep directory {root} does not exist")
     dirs = sorted(
         {p.parent for p in root.rglob(".hydra") if p.is_dir()} | {p.parent for p in root.rglob("summary.json")}
     )
     if not dirs:
-        raise FileNotFoundError(f"{root}: no job directories (a folder with .hydra/ or summary.json) below it")
+        raise MissingPath(f"{root}: no job directories (a folder with .hydra/ or summary.json) below it")
     sweep = Sweep(root)
     for d in dirs:
         summary, problem = _read_summary(d)

@@ -17,6 +17,7 @@ from elasticface.report.borda import borda
 from elasticface.report.finetune import finetune_table
 from elasticface.report.seeds import seed_table
 from elasticface.report.sweep import Sweep
+from elasticface.utils.errors import BadValue
 
 # Display names and the order of the paper's tables; other heads follow alphabetically.
 FAMILY_NAMES = {
@@ -124,7 +125,7 @@ def build_report(sweep: Sweep) -> Report:
     benchmarks = list(finished[0].summary["val/sets"])
     for job in finished[1:]:
         if set(job.summary["val/sets"]) != set(benchmarks):
-            raise ValueError(
+            raise BadValue(
                 f"{job.path / 'summary.json'}: 'val/sets' has benchmarks {sorted(job.summary['val/sets'])}, "
                 f"but {finished[0].path / 'summary.json'} has {sorted(benchmarks)}; "
                 "a table needs the same ones everywhere"

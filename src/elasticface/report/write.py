@@ -9,6 +9,7 @@ from elasticface.report.curves import plot_training_curves
 from elasticface.report.plot import plot_accuracy_vs_sigma
 from elasticface.report.sweep import read_sweep
 from elasticface.report.table import build_report, to_csv, to_markdown
+from elasticface.utils.output_paths import atomic_write
 
 
 def write_report(sweep_dir: Path, out: Path | None = None) -> tuple[str, list[Path]]:
@@ -19,8 +20,8 @@ def write_report(sweep_dir: Path, out: Path | None = None) -> tuple[str, list[Pa
     out = out or sweep_dir
     out.mkdir(parents=True, exist_ok=True)
     markdown = to_markdown(report)
-    (out / "report.md").write_text(markdown)
-    (out / "report.csv").write_text(to_csv(report))
+    atomic_write(out / "report.md", markdown)  # whole or not at all: a rerun replaces them
+    atomic_write(out / "report.csv", to_csv(report))
     written = [out / "report.md", out / "report.csv"]
     if report.rows:
         written.append(plot_accuracy_vs_sigma(report, out / "report_acc_vs_sigma.png"))

@@ -8,10 +8,12 @@ from typing import Any
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
+from elasticface.utils.errors import BadValue
+
 PACKAGE_DIR = Path(__file__).resolve().parents[1]
 
 
-class ConfigError(ValueError):
+class ConfigError(BadValue):
     """A config value a command cannot use: the commands print it as one line on stderr, exit status 2
     (cli/preflight.py's one_line_errors)."""
 
@@ -42,7 +44,7 @@ def _number(cfg: DictConfig, key: str) -> float | None:
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ValueError(f"{key}={value!r}: expected a number")
+        raise ConfigError(f"{key}={value!r}: expected a number")
     return float(value)
 
 
@@ -57,13 +59,13 @@ def _numbers_only(cfg: DictConfig, node: str) -> None:
             continue
         if node == "scheduler" and key == "interval":
             if value not in INTERVALS:
-                raise ValueError(f"scheduler.interval={value!r}: expected one of {list(INTERVALS)} (when the "
+                raise ConfigError(f"scheduler.interval={value!r}: expected one of {list(INTERVALS)} (when the "
                                  "schedule advances: after every optimizer step, or after every epoch)")
             continue
         items = list(value) if OmegaConf.is_list(value) else [value]
         for item in items:
             if isinstance(item, bool) or not isinstance(item, (int, float)):
-                raise ValueError(f"{node}.{key}={value!r}: expected a number")
+                raise ConfigError(f"{node}.{key}={value!r}: expected a number")
 
 
 def missing_keys(node: Any, prefix: str = "") -> list[str]:
@@ -79,25 +81,29 @@ def missing_keys(node: Any, prefix: str = "") -> list[str]:
     return found
 
 
-def validate_top_level(cfg: DictConfig) -> None:
-    """Fail at start-up, naming the key, before any data is read or model built."""
-    # `???` in a config: cfg.get() would read it as None (Hydra's own node, in a composed config, is not ours)
+def check_mandatory(cfg: DictConfig) -> None:
+    """`???` in a config: cfg.get() would read it as None (Hydra's own node, in a composed config, is not ours)."""
     missing = [key for key in missing_keys(cfg) if not key.startswith("hydra.")]
     if missing:
-        raise ValueError(f"{', '.join(missing)}: this config needs a value; give it on the command line, "
-                         f"e.g. {missing[0]}=...")
+        raise ConfigError(f"{', '.join(missing)}: this config needs a value; give it on the command line, "
+                          f"e.g. {missing[0]}=...")
+
+
+def validate_top_level(cfg: DictConfig) -> None:
+    """Fail at start-up, naming the key, before any data is read or model built."""
+    check_mandatory(cfg)
     _number(cfg, "m")  # each head checks its own range of m
     sigma = _number(cfg, "sigma")  # s: elasticface.scale.check_scale
     if sigma is not None and sigma < 0:
-        raise ValueError(f"sigma={sigma}: the margin standard deviation must be >= 0")
+        raise ConfigError(f"sigma={sigma}: the margin standard deviation must be >= 0")
     seed = cfg.get("seed")
     if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
-        raise ValueError(f"seed={seed!r}: must be an integer >= 0")
+        raise ConfigError(f"seed={seed!r}: must be an integer >= 0")
     for node in ("optimizer", "scheduler"):
         _numbers_only(cfg, node)
     lr = _number(cfg, "optimizer.lr")
     if lr is not None and not lr > 0:
-        raise ValueError(f"optimizer.lr={lr}: must be > 0")
+        raise ConfigError(f"optimizer.lr={lr}: must be > 0")
 
 
 def group_choices() -> dict[str, str]:

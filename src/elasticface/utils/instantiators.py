@@ -13,6 +13,7 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig
 from pytorch_lightning.callbacks import LearningRateMonitor
 from pytorch_lightning.loggers import Logger
+from elasticface.utils.errors import BadValue
 
 log = logging.getLogger(__name__)
 
@@ -23,7 +24,7 @@ def _nodes(group: str, cfg: DictConfig | None) -> list[tuple[str, DictConfig]]:
         if node is None:
             continue
         if not isinstance(node, DictConfig) or "_target_" not in node:
-            raise ValueError(f"{group}.{key}={node!r}: expected a config with a _target_ (or null to disable it)")
+            raise BadValue(f"{group}.{key}={node!r}: expected a config with a _target_ (or null to disable it)")
         nodes.append((key, node))
     return nodes
 

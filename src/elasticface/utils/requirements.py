@@ -11,13 +11,15 @@ import importlib.util
 import re
 import sys
 
+from elasticface.utils.errors import UserError
+
 #: the install documentation users are pointed to (docs/install.md in the repository)
 INSTALL_DOC = "docs/install.md"
 #: the PyTorch wheel index of each CUDA build (https://download.pytorch.org/whl/<tag>)
 TORCH_INDEX = "https://download.pytorch.org/whl/"
 
 
-class MissingRequirement(RuntimeError):
+class MissingRequirement(UserError, RuntimeError):
     """The environment lacks what the chosen run needs; the message says what to install."""
 
 

@@ -20,6 +20,7 @@ from typing import Any, Callable
 
 import torch
 from torch import nn
+from elasticface.utils.errors import BadValue
 
 log = logging.getLogger(__name__)
 
@@ -70,10 +71,10 @@ CUDAGRAPHS_OPTION = "triton.cudagraphs"
 def check_compile_mode(mode: object, backend: str = "inductor") -> str:
     """`model.compile_mode`: one of COMPILE_MODES; a mode other than `default` is an inductor option."""
     if mode not in COMPILE_MODES:
-        raise ValueError(f"model.compile_mode={mode!r}: expected one of {', '.join(COMPILE_MODES)} (torch.compile's "
+        raise BadValue(f"model.compile_mode={mode!r}: expected one of {', '.join(COMPILE_MODES)} (torch.compile's "
                          "modes; reduce-overhead = CUDA graphs)")
     if mode != "default" and backend != "inductor":
-        raise ValueError(f"model.compile_mode={mode}: the modes are inductor options; model.compile_backend={backend} "
+        raise BadValue(f"model.compile_mode={mode}: the modes are inductor options; model.compile_backend={backend} "
                          "generates no code (use model.compile_mode=default with it)")
     return str(mode)
 
@@ -186,7 +187,7 @@ def check_compile_backend(name: object) -> str:
     from torch._dynamo import list_backends
 
     if name not in list_backends(exclude_tags=()):
-        raise ValueError(f"model.compile_backend={name!r}: expected inductor (the default) or another backend "
+        raise BadValue(f"model.compile_backend={name!r}: expected inductor (the default) or another backend "
                          "dynamo registers, such as aot_eager or eager (torch._dynamo.list_backends(exclude_tags=()))")
     return str(name)
 
@@ -240,7 +241,7 @@ def check_compile_setting(value: object) -> bool | str:
     above AVX2) or `cpu` (only when training on a CPU)."""
     if isinstance(value, bool) or value in ("auto", "cpu"):
         return value
-    raise ValueError(f"model.compile={value!r}: expected true, false, auto (compile when training on a GPU or "
+    raise BadValue(f"model.compile={value!r}: expected true, false, auto (compile when training on a GPU or "
                      "a CPU) or cpu (only on a CPU)")
 
 
@@ -249,7 +250,7 @@ def check_channels_last_setting(value: object, key: str = "model.channels_last")
     CPU_AUTO, GPU_AUTO)."""
     if isinstance(value, bool) or value == "auto":
         return value
-    raise ValueError(f"{key}={value!r}: expected true, false or auto (the layout measured fastest for "
+    raise BadValue(f"{key}={value!r}: expected true, false or auto (the layout measured fastest for "
                      "the backbone's family on this device)")
 
 
@@ -344,7 +345,7 @@ def cpu_has_bf16() -> bool:
 def check_cpu_precision(precision: str, accelerator_is_cpu: bool) -> None:
     """Refuse bf16 on a CPU that would emulate it (a silent slowdown otherwise)."""
     if accelerator_is_cpu and "bf16" in str(precision) and not cpu_has_bf16():
-        raise ValueError(
+        raise BadValue(
             f"trainer.precision={precision}: this CPU has no bf16 instructions (oneDNN reports none), "
             f"so bf16 would be emulated and slower than fp32; use trainer.precision=32-true on it"
         )
@@ -356,7 +357,7 @@ def check_world_size(num_nodes: int, devices: object) -> None:
     if world is None or not isinstance(devices, int) or devices < 1:
         return
     if int(num_nodes) * devices != int(world):
-        raise ValueError(
+        raise BadValue(
             f"trainer.num_nodes={num_nodes} x trainer.devices={devices} = {int(num_nodes) * devices} processes, "
             f"but the "
             f"launcher started WORLD_SIZE={world} (torchrun --nnodes x --nproc-per-node, or SLURM's tasks): set "

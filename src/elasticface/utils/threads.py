@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+from elasticface.utils.errors import BadValue
 
 log = logging.getLogger(__name__)
 
@@ -99,10 +100,10 @@ def _whole_positive(value: object, setting: str) -> int:
     """`value` as a thread count >= 1, or an error that names the setting."""
     text = str(value).strip()
     if isinstance(value, bool) or not text.lstrip("-").isdigit():
-        raise ValueError(f"{setting}={value!r}: expected a whole number of threads >= 1, or auto")
+        raise BadValue(f"{setting}={value!r}: expected a whole number of threads >= 1, or auto")
     count = int(text)
     if count < 1:
-        raise ValueError(f"{setting}={count}: a thread count must be >= 1 (or auto: the cores this process may use)")
+        raise BadValue(f"{setting}={count}: a thread count must be >= 1 (or auto: the cores this process may use)")
     return count
 
 
@@ -122,7 +123,7 @@ def choose_threads(
     cores = allowed_cores() if cores is None else cores
     environ = os.environ if environ is None else environ
     if processes < 1:
-        raise ValueError(f"processes={processes}: expected >= 1")
+        raise BadValue(f"processes={processes}: expected >= 1")
     share = max(1, cores // processes)
     among = f"{cores} core(s) allowed" + (f", shared by {processes} processes" if processes > 1 else "")
     if requested is None or str(requested).strip().lower() == "auto":

@@ -22,6 +22,7 @@ from elasticface.data.synthetic.params import (
     variation_params,
 )
 from elasticface.data.synthetic.render import IMAGE_SIZE, render_face_chw
+from elasticface.utils.errors import BadValue
 
 
 @dataclass(frozen=True)
@@ -73,9 +74,9 @@ def synthetic_pairs(
     ``factors`` scales nuisance groups (see ``variation_params``).
     """
     if num_pairs < 2 or num_pairs % 2:
-        raise ValueError(f"num_pairs must be even and >= 2 (half same, half different), got {num_pairs}")
+        raise BadValue(f"num_pairs must be even and >= 2 (half same, half different), got {num_pairs}")
     if num_identities < 2:
-        raise ValueError(f"need at least 2 identities for different-identity pairs, got {num_identities}")
+        raise BadValue(f"need at least 2 identities for different-identity pairs, got {num_identities}")
     rng = np.random.default_rng(seed_sequence(0x9A, seed, identity_offset, num_identities, num_pairs))
     issame = np.tile(np.array([True, False]), num_pairs // 2)
     for b in range(0, num_pairs, 10):
@@ -114,7 +115,7 @@ def synthetic_val_sets(
         names = [names]
     unknown = [n for n in names if n not in SYNTHETIC_BENCHMARKS]
     if unknown or not names:
-        raise ValueError(f"data.val_sets.names={list(names)}: unknown synthetic benchmark(s) {unknown}; "
+        raise BadValue(f"data.val_sets.names={list(names)}: unknown synthetic benchmark(s) {unknown}; "
                          f"expected some of {list(SYNTHETIC_BENCHMARKS)}")
     sets = {}
     for name in names:

@@ -13,6 +13,7 @@ from torch.utils.data import Dataset
 from elasticface.data.faults import DroppedRecord
 from elasticface.data.synthetic.params import identity_params, identity_scale, variation_params
 from elasticface.data.synthetic.render import IMAGE_SIZE, render_face_chw
+from elasticface.utils.errors import BadValue
 
 
 class SyntheticFaces(Dataset):
@@ -53,18 +54,18 @@ class SyntheticFaces(Dataset):
         identity_variation: Sequence[float] | None = None,
     ) -> None:
         if num_identities < 1 or images_per_identity < 1:
-            raise ValueError(
+            raise BadValue(
                 f"need at least one identity and one image per identity, got {num_identities} x {images_per_identity}"
             )
         if intra_class_variation < 0 or not 0 <= variation_spread <= 1:
-            raise ValueError(
+            raise BadValue(
                 "intra_class_variation must be >= 0 and variation_spread in [0, 1], "
                 f"got {intra_class_variation}, {variation_spread}"
             )
         if identity_variation is not None and (
             len(identity_variation) != num_identities or any(float(v) < 0 for v in identity_variation)
         ):
-            raise ValueError(
+            raise BadValue(
                 f"identity_variation={list(identity_variation)}: expected {num_identities} factors >= 0, "
                 "one per identity (num_identities)"
             )

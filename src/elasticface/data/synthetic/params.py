@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from elasticface.data.synthetic.portable_math import exp, sincos
+from elasticface.utils.errors import BadValue
 
 # Stream tags mixed into the seed so identity and image generators never collide.
 _IDENTITY_STREAM = 0x1D
@@ -143,7 +144,7 @@ def nuisance_scales(scale: float, factors: Mapping[str, float] | None = None) ->
     factors = dict(factors or {})
     unknown = sorted(set(factors) - set(NUISANCE_GROUPS))
     if unknown:
-        raise ValueError(f"unknown nuisance group(s) {unknown}: expected some of {list(NUISANCE_GROUPS)}")
+        raise BadValue(f"unknown nuisance group(s) {unknown}: expected some of {list(NUISANCE_GROUPS)}")
     s = float(max(scale, 0.0))
     return {group: s * float(max(factors.get(group, 1.0), 0.0)) for group in NUISANCE_GROUPS}
 

@@ -10,13 +10,14 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
+from elasticface.utils.errors import BadValue
 
 
 def angles_deg(vectors: np.ndarray) -> np.ndarray:
     """Direction of each row of a [N, 2] array, in degrees in [0, 360)."""
     vectors = np.asarray(vectors, dtype=np.float64)
     if vectors.ndim != 2 or vectors.shape[1] != 2:
-        raise ValueError(f"expected 2-D vectors of shape [N, 2], got {list(vectors.shape)}")
+        raise BadValue(f"expected 2-D vectors of shape [N, 2], got {list(vectors.shape)}")
     return np.degrees(np.arctan2(vectors[:, 1], vectors[:, 0])) % 360.0
 
 
@@ -41,10 +42,10 @@ def toy_geometry(embeddings: np.ndarray, labels: np.ndarray, centres: np.ndarray
     centre_angles = angles_deg(centres)
     num_classes = len(centre_angles)
     if num_classes < 2:
-        raise ValueError(f"the toy example needs at least 2 class centres (data.train_dataset.num_identities), "
+        raise BadValue(f"the toy example needs at least 2 class centres (data.train_dataset.num_identities), "
                          f"got {num_classes}")
     if labels.min(initial=0) < 0 or labels.max(initial=0) >= num_classes:
-        raise ValueError(f"labels must lie in [0, {num_classes}), the number of centres")
+        raise BadValue(f"labels must lie in [0, {num_classes}), the number of centres")
     order = np.argsort(centre_angles)
     sorted_angles = centre_angles[order]
     gaps = np.diff(np.append(sorted_angles, sorted_angles[0] + 360.0))
@@ -77,7 +78,7 @@ def toy_geometry(embeddings: np.ndarray, labels: np.ndarray, centres: np.ndarray
     if identity_variation is not None:
         variation = np.asarray(identity_variation, dtype=np.float64)
         if len(variation) != num_classes:
-            raise ValueError(f"identity_variation has {len(variation)} factors for {num_classes} classes")
+            raise BadValue(f"identity_variation has {len(variation)} factors for {num_classes} classes")
         result["identity_variation"] = variation.tolist()
         result["mean_class_std_deg_by_variation"] = {
             f"{level:g}": float(np.nanmean(class_std[variation == level])) for level in np.unique(variation)

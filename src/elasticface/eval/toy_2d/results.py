@@ -16,6 +16,7 @@ import numpy as np
 
 from elasticface.eval.toy_2d.figures import toy_figure
 from elasticface.eval.toy_2d.summary import job_measures
+from elasticface.utils.errors import MissingPath
 
 RESULT_FILE = "toy_2d.json"
 ARRAY_FILES = {"embeddings": "toy_2d_embeddings.npy", "labels": "toy_2d_labels.npy", "centres": "toy_2d_centres.npy"}
@@ -45,7 +46,7 @@ def read_toy_results(run_dir: Path) -> dict[str, Any]:
     run_dir = Path(run_dir)
     path = run_dir / RESULT_FILE
     if not path.is_file():
-        raise FileNotFoundError(f"{path}: no toy example results (train with experiment=toy_2d)")
+        raise MissingPath(f"{path}: no toy example results (train with experiment=toy_2d)")
     result = json.loads(path.read_text())
     result.update({key: np.load(run_dir / name) for key, name in ARRAY_FILES.items()})
     result["run_dir"] = str(run_dir)
@@ -63,7 +64,7 @@ def read_toy_sweep(sweep_dir: Path) -> list[dict[str, Any]]:
     its row of the summary (:func:`~elasticface.eval.toy_2d.summary.job_measures`)."""
     sweep_dir = Path(sweep_dir)
     if not sweep_dir.is_dir():
-        raise FileNotFoundError(f"{sweep_dir}: no such sweep directory")
+        raise MissingPath(f"{sweep_dir}: no such sweep directory")
     runs = []
     for job in sorted((p.parent for p in sweep_dir.glob(f"*/{RESULT_FILE}")), key=_job_order):
         result = read_toy_results(job)
@@ -74,7 +75,7 @@ def read_toy_sweep(sweep_dir: Path) -> list[dict[str, Any]]:
         result.update(job_measures(result))
         runs.append(result)
     if not runs:
-        raise FileNotFoundError(
+        raise MissingPath(
             f"{sweep_dir}: no job wrote {RESULT_FILE} (train with python train.py -m experiment=toy_2d ...)"
         )
     return runs

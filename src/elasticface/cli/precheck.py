@@ -1,0 +1,143 @@
+"""The command line checked before Hydra starts the job: every unknown key at once with the nearest existing ones,
+an unknown group option with the options, then every value by its rule (cli/config_rules.py).
+
+Run before `@hydra.main`, so a mistake costs the composition (well under a second, no torch) and leaves no run
+folder behind. A sweep (`-m`) is checked with each swept key's first value composed and every other value by
+its rule. A command line that names its own config tree (`--config-dir`, `--config-name`) is checked inside the
+job instead, where Hydra has composed it.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Sequence
+from typing import Any
+
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.core.override_parser.types import Override, OverrideType
+from hydra.errors import HydraException
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from elasticface.cli.compose import compose_config
+from elasticface.cli.config_rules import check_config
+from elasticface.cli.help import group_options
+from elasticface.utils.config import check_mandatory
+from elasticface.utils.errors import BadValue
+from elasticface.utils.rule_kinds import ByChoice, Rule
+
+#: flags Hydra answers without running the job (help, config printing, completion)
+INFO_FLAGS = ("--help", "-h", "--hydra-help", "--cfg", "-c", "--info", "-i", "--shell-completion", "-sc",
+              "--resolve", "--package", "-p", "--version")
+#: flags that point Hydra at another config tree
+TREE_FLAGS = ("--config-path", "-cp", "--config-name", "-cn", "--config-dir", "-cd", "--experimental-rerun")
+
+
+def _parse(overrides: Sequence[str]) -> list[Override]:
+    try:
+        return OverridesParser.create().parse_overrides(list(overrides))
+    except HydraException as err:
+        raise BadValue(f"cannot read the command line: {str(err).splitlines()[0]}") from None
+
+
+def _as_text(override: Override, value: Any) -> str:
+    return f"{override.get_key_element()}={value}"
+
+
+def _first(override: Override) -> str:
+    """The override with a sweep's first value (a sweep composes once, at its first value)."""
+    if not override.is_sweep_override():
+        return override.input_line
+    return _as_text(override, next(iter(override.sweep_string_iterator())))
+
+
+def _keys(node: Any, prefix: str = "") -> list[str]:
+    """Every dotted key of a plain container tree."""
+    keys: list[str] = []
+    if isinstance(node, dict):
+        for key, value in node.items():
+            name = f"{prefix}{key}"
+            keys.append(name)
+            keys += _keys(value, name + ".")
+    return keys
+
+
+def _exists(cfg: DictConfig, key: str) -> bool:
+    parent, _, leaf = key.rpartition(".")
+    node = OmegaConf.select(cfg, parent) if parent else cfg
+    return isinstance(node, DictConfig) and leaf in node.keys()
+
+
+def _nearest(key: str, known: list[str]) -> str:
+    leaf_matches = [k for k in known if k.rsplit(".", 1)[-1] == key.rsplit(".", 1)[-1] and k != key]
+    close = difflib.get_close_matches(key, known, n=2, cutoff=0.75)
+    found = list(dict.fromkeys(close + leaf_matches))[:2]
+    if found:
+        return f"; did you mean {' or '.join(found)}?"
+    return "; `--cfg job` shows every key (add a new one with +key=value)"
+
+
+def unknown_options(parsed: list[Override], groups: dict[str, Any]) -> list[str]:
+    """`group=option` overrides whose option is not in the group, each with the group's options."""
+    problems = []
+    for override in parsed:
+        group = override.key_or_group
+        if group not in groups or override.type == OverrideType.DEL:
+            continue
+        values = (list(override.sweep_string_iterator()) if override.is_sweep_override()
+                  else [override.get_value_element_as_str()])
+        options = group_options(group)
+        for value in values:
+            if value not in ("null", "None") and options and value not in options:
+                close = difflib.get_close_matches(value, options, n=1)
+                hint = f" (did you mean {close[0]}?)" if close else ""
+                problems.append(f"{group}={value}: no such option{hint}; the options: {', '.join(options)}")
+    return problems
+
+
+def unknown_keys(parsed: list[Override], cfg: DictConfig, groups: dict[str, Any]) -> list[str]:
+    """`key=value` and `~key` overrides of keys the composed config does not hold, each with the nearest keys."""
+    known = _keys(OmegaConf.to_container(cfg, resolve=False))
+    known_groups = [g for g in groups if "/" not in g]
+    problems = []
+    for override in parsed:
+        key = override.key_or_group
+        if override.type in (OverrideType.ADD, OverrideType.FORCE_ADD) or key in groups or override.package:
+            continue
+        if not _exists(cfg, key):
+            hydra = key.startswith("hydra.")
+            pool = [k for k in known + known_groups if k.startswith("hydra.") == hydra]
+            problems.append(f"{key}: no such key{_nearest(key, pool)}")
+    return problems
+
+
+def precheck(config_name: str, argv: Sequence[str], rules: dict[str, Rule]) -> DictConfig | None:
+    """Check the command line `argv` of the app `config_name`: raise one BadValue listing every unknown key and
+    option, or the first value that breaks its rule. Returns the composed config (None when Hydra answers the
+    command line itself, or when it names another config tree)."""
+    if any(arg.split("=", 1)[0] in INFO_FLAGS + TREE_FLAGS for arg in argv):
+        return None
+    overrides = [arg for arg in argv if not arg.startswith("-")]
+    parsed = _parse(overrides)
+    try:
+        base = compose_config(config_name, [], return_hydra_config=True)
+        groups = dict(base.hydra.runtime.choices)
+        problems = unknown_options(parsed, groups)
+        grouped = compose_config(config_name, [_first(o) for o in parsed if o.key_or_group in groups],
+                                 return_hydra_config=True) if not problems else base
+        groups |= dict(grouped.hydra.runtime.choices)
+        problems += unknown_keys(parsed, grouped, groups)
+        if problems:
+            raise BadValue(" | ".join(problems))
+        cfg = compose_config(config_name, [_first(o) for o in parsed], return_hydra_config=True)
+    except (HydraException, OmegaConfBaseException) as err:
+        raise BadValue(f"the command line does not compose: {str(err).splitlines()[0]}") from None
+    check_mandatory(cfg)
+    check_config(cfg, rules, dict(cfg.hydra.runtime.choices), strict=False)
+    for override in parsed:
+        rule = rules.get(override.key_or_group)
+        if rule is not None and override.is_sweep_override():
+            for value in override.sweep_iterator():
+                rule.check(override.key_or_group, value, *([dict(cfg.hydra.runtime.choices)]
+                                                           if isinstance(rule, ByChoice) else []))
+    return cfg
