@@ -22,7 +22,7 @@ endif
 DIR ?=
 , := ,
 
-.PHONY: install train test test-matrix test-all test-slow test-cluster slurm-up slurm-down lint format docs docs-serve bench sweep-demo report clean help
+.PHONY: install train test test-matrix test-all test-slow test-cluster slurm-up slurm-down lint format docs docs-serve bench fuzz sweep-demo report clean help
 
 help:
 	@echo "make train                                          train on synthetic faces (CPU is fine)"
@@ -39,6 +39,8 @@ help:
 	@echo "make docs                                           the documentation site into site/ (warnings are errors)"
 	@echo "make bench                                          head, data, verification and MegaFace benchmarks"
 	@echo "make bench SIZE=tiny                                the same in seconds (a smoke test)"
+	@echo "make fuzz                                           every file reader on 10^5 mutated files per seed file (hours)"
+	@echo "make fuzz FUZZ_EXAMPLES=2000 FUZZ_READERS=recordio    fewer cases, one reader (\"bin or onnx\": two)"
 	@echo "make sweep-demo                                     the paper's Table I grid on synthetic faces, ranked (~20 min, 2 CPU cores)"
 	@echo "make report DIR=logs/sweep_demo/multiruns/<time>    the Borda-ranked table (.md, .csv, .png) of a sweep"
 
@@ -140,6 +142,18 @@ bench: $(STAMP)
 	$(PY) $(ROOT)benchmarks/bench_data.py $(BENCH_DATA)
 	$(PY) $(ROOT)benchmarks/bench_verification.py $(BENCH_VERIFICATION)
 	$(PY) $(ROOT)benchmarks/bench_megaface.py $(BENCH_MEGAFACE)
+
+# Every file reader on mutated, truncated and extended real-layout files (tests/test_fuzz_readers.py's properties,
+# `make test` runs 30 cases per seed file), FUZZ_EXAMPLES cases per seed file; then the cases and failures per
+# reader (tests/fuzz_report.py). Outputs in FUZZ_OUT, under the directory you run it from.
+FUZZ_EXAMPLES ?= 100000
+FUZZ_OUT ?= logs/fuzz
+FUZZ_READERS ?=
+fuzz: $(STAMP)
+	@rm -rf $(FUZZ_OUT) && mkdir -p $(FUZZ_OUT)
+	FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) FUZZ_REPORT=$(FUZZ_OUT) $(PY) -m pytest -q -p no:cacheprovider -p no:logging \
+	  $(ROOT)tests/test_fuzz_readers.py -k "mutated$(if $(FUZZ_READERS), and ($(FUZZ_READERS)))" \
+	  --junitxml=$(FUZZ_OUT)/junit.xml; rc=$$?; $(PY) $(ROOT)tests/fuzz_report.py $(FUZZ_OUT); exit $$rc
 
 # 11 small jobs one after the other, then the table of the paper's parameter selection
 sweep-demo: $(STAMP)

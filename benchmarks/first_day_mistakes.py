@@ -59,6 +59,15 @@ TRAIN_MISTAKES = [
     (["trainer.max_epochs=[1"], r"^cannot read the command line"),
 ]
 
+#: found once the job has started (torch imported, a head or backbone built, nothing read): the run folder is
+#: left, holding failed.json with the same line
+TRAIN_JOB_MISTAKES = [
+    (["debug=tiny", "model.backbone.name=iresnet_tiny_typo"], r"^Unknown backbone 'iresnet_tiny_typo'\. Did you mean"),
+    (["debug=tiny", "head=arcface", "m=4"], r"^m=4: must be in \[0, 1\.5708\) \(radians\)"),
+    (["debug=tiny", "head=elastic_arc_plus", "model.head.plus_assignment=random"],
+     r"^plus_assignment='random': must be one of \['paper', 'official'\]"),
+]
+
 EVAL_MISTAKES = [
     (["weights=notes.txt", "data.val_root=bins"], r"^weights=notes\.txt: not a model file"),
     ([f"weights={Y1}"], r"^nothing to evaluate: set one of data\.val_root=\.\.\."),
@@ -120,8 +129,9 @@ def run(argv: list[str], cwd: Path) -> tuple[subprocess.CompletedProcess, float]
     return out, time.perf_counter() - started
 
 
-def judge(out: subprocess.CompletedProcess, pattern: str, prog: str, cwd: Path) -> str:
-    """'' when the mistake ended as the contract says, else what was wrong."""
+def judge(out: subprocess.CompletedProcess, pattern: str, prog: str, cwd: Path, in_job: bool = False) -> str:
+    """'' when the mistake ended as the contract says, else what was wrong; `in_job`: found after the job started,
+    so its run folder says it failed."""
     lines = out.stderr.strip().splitlines()
     if out.returncode != 2:
         return f"exit {out.returncode}"
@@ -129,6 +139,8 @@ def judge(out: subprocess.CompletedProcess, pattern: str, prog: str, cwd: Path) 
         return f"{len(lines)} lines on stderr"
     if not re.search(pattern, lines[0].removeprefix(f"{prog}: error: ")):
         return "the line does not name it"
+    if in_job:
+        return "" if list(cwd.glob("logs/*/runs/*/failed.json")) else "its run folder does not say it failed"
     if (cwd / "logs").exists():
         return "left a run folder"
     return ""
@@ -141,6 +153,7 @@ def main() -> int:
     cases = []
     if args.only in (None, "train"):
         cases += [("elasticface-train", [str(ROOT / "train.py"), *a], p) for a, p in TRAIN_MISTAKES]
+        cases += [("elasticface-train", [str(ROOT / "train.py"), *a], p, True) for a, p in TRAIN_JOB_MISTAKES]
     if args.only in (None, "eval"):
         cases += [("elasticface-eval", [str(ROOT / "eval.py"), *a], p) for a, p in EVAL_MISTAKES]
     if args.only in (None, "tools"):
@@ -149,13 +162,13 @@ def main() -> int:
     helps: dict[str, float] = {}
     good = 0
     with tempfile.TemporaryDirectory() as tmp:
-        for i, (prog, argv, pattern) in enumerate(cases):
+        for i, (prog, argv, pattern, *in_job) in enumerate(cases):
             cwd = make_workdir(Path(tmp) / str(i))
             if prog not in helps:
                 helps[prog] = run([*(argv[:2] if argv[0] == "-m" else argv[:1]), "--help"], cwd)[1]
             out, seconds = run(argv, cwd)
-            problem = judge(out, pattern, prog, cwd)
-            if not problem and seconds > helps[prog] + GRACE:
+            problem = judge(out, pattern, prog, cwd, bool(in_job))
+            if not problem and not in_job and seconds > helps[prog] + GRACE:
                 problem = f"{seconds:.1f} s, --help {helps[prog]:.1f} s"
             good += not problem
             line = (out.stderr.strip().splitlines() or [""])[-1][:150]

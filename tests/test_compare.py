@@ -8,6 +8,8 @@ import json
 
 import numpy as np
 import pytest
+
+from helpers.exit_status import exit_status
 import torch
 from PIL import Image
 
@@ -51,7 +53,7 @@ def model_dir(tmp_path_factory):
 
 def _run(capsys, *args) -> tuple[int, str, str]:
     """The command on the test model, a TorchScript file (a program, so it is opened only when allowed)."""
-    code = compare_main([str(a) for a in args] + ["--allow-torchscript"])
+    code = exit_status(compare_main, [str(a) for a in args] + ["--allow-torchscript"])
     out = capsys.readouterr()
     return code, out.out, out.err
 

@@ -118,16 +118,16 @@ def train_cli_cfg(workdir: Path):
     return compose_train(["debug=tiny"], workdir)
 
 
-def test_a_mistake_inside_the_job_marks_its_folder_failed(workdir):
-    """A mistake found only while the job runs (here an unknown timm backbone) ends in one line too, and its run
-    folder says it failed."""
-    out, _ = cli("train.py", "debug=tiny", "model.backbone.name=iresnet_tiny_typo", cwd=workdir)
-    assert out.returncode == 2, out.stderr[-2000:]
-    assert out.stderr.strip().splitlines()[-1].startswith("elasticface-train: error: ")
-    assert "iresnet_tiny_typo" in out.stderr.strip().splitlines()[-1]
-    assert "Traceback" not in out.stderr
+@pytest.mark.parametrize("argv,message", [  # a process each (~10 s): the first in the fast suite
+    pytest.param(a, m, id=" ".join(a[1:]), marks=[pytest.mark.slow] if i else [])
+    for i, (a, m) in enumerate(MISTAKES.TRAIN_JOB_MISTAKES)])
+def test_a_mistake_inside_the_job_marks_its_folder_failed(argv, message, workdir):
+    """A mistake found only once the job runs (an unknown timm backbone, a head's m out of its range) ends in one
+    line too, before any data is read, and its run folder says it failed."""
+    out, _ = cli("train.py", *argv, cwd=workdir)
+    assert MISTAKES.judge(out, message, "elasticface-train", workdir, in_job=True) == "", out.stderr[-2000:]
     marker = next(workdir.glob("logs/*/runs/*/failed.json"))
-    assert "iresnet_tiny_typo" in json.loads(marker.read_text())["error"]
+    assert json.loads(marker.read_text())["error"] == out.stderr.strip()
 
 
 @pytest.mark.slow  # two tiny training jobs
@@ -223,3 +223,19 @@ def test_a_truncated_or_foreign_zip_is_named(tmp_path):
     with pytest.raises(MissingPath):
         model_file_kind(tmp_path / "nothing.pth")
     assert issubclass(BadFile, UserError) and issubclass(MissingPath, FileNotFoundError)
+
+
+@pytest.mark.parametrize("argv", [
+    ["-m", "head=elastic_arc,elastic_arc_plus", "sigma=0.0125,0.0175,0.025,0.05"],
+    ["-m", "hparams_search=paper_table1", "experiment=sweep_demo"],
+    ["experiment=released/ms1mv2_r100_elastic_arc", "data.root=faces_emore", "launcher=joblib"],
+    ["head=elastic_arc_plus", "sigma=0.0175", "+my.own.key=1", "hydra.run.dir=here"],
+])
+def test_documented_command_lines_pass_the_checks(argv, workdir):
+    """What the README and the docs type composes and passes, nested options and sweeps included."""
+    from elasticface.cli.precheck import precheck
+
+    (workdir / "faces_emore").mkdir()
+    for name in ("train.rec", "train.idx", "lfw.bin"):
+        (workdir / "faces_emore" / name).write_bytes(b"\x80\x04")
+    assert precheck("train", argv, TRAIN) is not None

@@ -100,13 +100,14 @@ def test_embed_folder_cli(tmp_path):
     np.testing.assert_allclose(np.load(out2)[3], raw, atol=1e-5)
 
 
-def test_embed_folder_rejects_unaligned_sizes(tmp_path):
+def test_embed_folder_rejects_unaligned_sizes(tmp_path, capsys):
     images = tmp_path / "faces"
     _write_folder(str(images), n=2, size=100)
     ts = str(tmp_path / "m.pt")
     export_torchscript(PoolEmbedder().eval(), ts)
-    with pytest.raises(ValueError, match="expected aligned 112x112"):
-        main(["--model", ts, "--images", str(images), "--out", str(tmp_path / "e.npy"), "--device", "cpu",
-              "--allow-torchscript"])
+    assert main(["--model", ts, "--images", str(images), "--out", str(tmp_path / "e.npy"), "--device", "cpu",
+                 "--allow-torchscript"]) == 2  # a user's mistake: one line
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("elasticface-embed: error: ") and "expected aligned 112x112" in err[0]
     assert main(["--model", ts, "--images", str(images), "--out", str(tmp_path / "e.npy"), "--device", "cpu",
                  "--resize", "--allow-torchscript"]) == 0

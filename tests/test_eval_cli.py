@@ -210,7 +210,9 @@ def test_eval_help_lists_only_the_groups_eval_reads():
     all_groups = {p.name for p in (ROOT / "configs").iterdir() if p.is_dir()}
     out = subprocess.run([sys.executable, "eval.py", "--help"], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
-    groups_section = out.stdout.split("== Configuration groups ==")[1].split("== Config ==")[0]
+    groups_section = out.stdout.split("== Configuration groups ==")[1].split("== Keys checked")[0]
+    keys_section = out.stdout.split("== Keys checked")[1].split("== Config ==")[0]
+    assert re.search(r"^ijb\.protocol +1v1, 1n, both; ", keys_section, re.MULTILINE), "each key's values"
     listed = {line.split(":")[0] for line in groups_section.splitlines()[1:] if ":" in line}
     assert listed == eval_groups, f"--help lists {sorted(listed)}, eval reads {sorted(eval_groups)}"
     assert all_groups - eval_groups - {"local"}, "the tree has training-only groups this test must not see"

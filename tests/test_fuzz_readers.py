@@ -17,6 +17,7 @@ readers refuse them quickly without allocating what the field says.
 from __future__ import annotations
 
 import contextlib
+import copy
 import io
 import json
 import os
@@ -48,21 +49,34 @@ FUZZ = settings(max_examples=EXAMPLES, deadline=None, derandomize=True, database
                 suppress_health_check=list(HealthCheck),
                 phases=(Phase.explicit, Phase.reuse, Phase.generate, Phase.shrink))
 MXNET = Path(__file__).parent / "data" / "mxnet"
+#: torch warns about each odd pickle protocol and TorchScript archive a mutation makes; the cases are what is checked
+pytestmark = [pytest.mark.filterwarnings("ignore:Detected pickle protocol:UserWarning"),
+              pytest.mark.filterwarnings("ignore:'torch.load' received a zip file:UserWarning")]
 
 # ------------------------------------------------------------------------------------------------ bookkeeping
 
-#: reader -> {"cases", "accepted", "refused", "failed"}; written to $FUZZ_REPORT at the end of the module
+#: reader -> {"cases", "accepted", "refused", "failed"}; with FUZZ_REPORT=<folder>, written to
+#: <folder>/cases-<pid>.json every 30 s and at the end (a long run that is stopped still says how far it got)
 COUNTS: dict[str, Counter] = defaultdict(Counter)
+_FLUSHED = [time.monotonic()]
+
+
+def _flush_counts(every: float = 30.0) -> None:
+    folder = os.environ.get("FUZZ_REPORT")
+    if not folder or not COUNTS or time.monotonic() - _FLUSHED[0] < every:
+        return
+    _FLUSHED[0] = time.monotonic()
+    os.makedirs(folder, exist_ok=True)
+    path = os.path.join(folder, f"cases-{os.getpid()}.json")
+    with open(path + ".tmp", "w") as f:
+        json.dump({"examples": EXAMPLES, "counts": {k: dict(v) for k, v in COUNTS.items()}}, f, indent=1)
+    os.replace(path + ".tmp", path)
 
 
 @pytest.fixture(scope="module", autouse=True)
 def _report() -> Iterator[None]:
     yield
-    folder = os.environ.get("FUZZ_REPORT")
-    if folder and COUNTS:
-        os.makedirs(folder, exist_ok=True)
-        with open(os.path.join(folder, f"cases-{os.getpid()}-{time.time_ns()}.json"), "w") as f:
-            json.dump({"examples": EXAMPLES, "counts": {k: dict(v) for k, v in COUNTS.items()}}, f, indent=1)
+    _flush_counts(every=0)
 
 
 class Hang(BaseException):
@@ -104,6 +118,7 @@ def run_case(reader: str, names: Sequence[str | os.PathLike], call: Callable[[],
         COUNTS[reader]["failed"] += 1
         raise
     COUNTS[reader][outcome] += 1
+    _flush_counts()
     return outcome
 
 
@@ -217,8 +232,48 @@ def mutate_text(data: st.DataObject, seed: bytes) -> bytes:
     return b"\n".join(lines)
 
 
-def mutated(data: st.DataObject, seed: bytes, text: bool) -> bytes:
-    return mutate_text(data, seed) if text else mutate_bytes(data, seed)
+#: values that replace a part of a JSON file (a node's field, an attribute, a list entry)
+HOSTILE_JSON = (None, True, 0, -1, 1, 2, 99999, -(1 << 63), 1 << 64, 1e308, float("inf"), "", "x", "0", "-1", "nan",
+                "1e309", "(1,", "(3, 3)", "(0, 0)", "(3, 3, 3)", "..", "A/../../x.jpg", "/etc/passwd", "O8", [], {},
+                [0], [[0, 0, 0]], [[99999, 0, 0]], [[-1, 0]], {"a": 1}, "1" * 5000, [[[[[[[[[[]]]]]]]]]])
+
+
+def _json_slots(node, out: list) -> list:
+    """(container, key) of every value in a parsed JSON document."""
+    items = node.items() if isinstance(node, dict) else enumerate(node) if isinstance(node, list) else ()
+    for key, value in items:
+        out.append((node, key))
+        _json_slots(value, out)
+    return out
+
+
+def mutate_json(data: st.DataObject, seed: bytes) -> bytes:
+    """Structure mutations of a JSON file: a value replaced, deleted or duplicated anywhere in the document."""
+    document = json.loads(seed)
+    for _ in range(data.draw(st.integers(1, 3))):
+        slots = _json_slots(document, [])
+        if not slots:
+            break
+        container, key = data.draw(st.sampled_from(slots))
+        op = data.draw(st.sampled_from(("replace", "replace", "delete", "duplicate")))
+        if op == "replace":
+            # a copy: a later operation may change it in place, and the constants must stay what they are
+            value = data.draw(st.sampled_from(HOSTILE_JSON) | st.integers() | st.text(max_size=8))
+            container[key] = copy.deepcopy(value)
+        elif op == "delete":
+            del container[key]
+        elif isinstance(container, list):
+            container.insert(key, copy.deepcopy(container[key]))
+        else:
+            container[f"{key}_"] = copy.deepcopy(container[key])
+    return json.dumps(document).encode()
+
+
+def mutated(data: st.DataObject, seed: bytes, kind: str) -> bytes:
+    """`kind`: "bytes" (binary formats), "text" (line formats) or "json" (structure, line or byte mutations)."""
+    if kind == "json" and data.draw(st.booleans()):
+        return mutate_json(data, seed)
+    return mutate_text(data, seed) if kind in ("text", "json") else mutate_bytes(data, seed)
 
 
 @contextlib.contextmanager
@@ -398,7 +453,13 @@ def model_files(folder: Path) -> dict[str, Path]:
 
 @pytest.fixture(scope="module")
 def models(tmp_path_factory) -> dict[str, Path]:
-    return model_files(tmp_path_factory.mktemp("models"))
+    from elasticface.backbones.weights import file_kind
+    from elasticface.eval.embed import load_model_file
+
+    paths = model_files(tmp_path_factory.mktemp("models"))
+    file_kind(str(paths["pth"]))  # the imports and caches, once, outside a case's time limit
+    load_model_file(str(paths["onnx"]), "cpu")
+    return paths
 
 
 # -- text layouts
@@ -506,13 +567,13 @@ def recordio_roots(tmp_path_factory) -> dict[str, Path]:
                                   "im2rec/train.idx"])
 @FUZZ
 @given(data=DATA)
-def test_recordio(recordio_roots, seed, data):
+def test_mutated_recordio(recordio_roots, seed, data):
     from elasticface.data.recordio import scan_records
     from elasticface.data.recordio_dataset import RecordIODataset
 
     layout, name = seed.split("/")
     root = recordio_roots[layout]
-    content = mutated(data, (root / name).read_bytes(), text=name != "train.rec")
+    content = mutated(data, (root / name).read_bytes(), "bytes" if name == "train.rec" else "text")
 
     def read():
         ds = RecordIODataset(str(root), max_corrupt=1, image_size=16)
@@ -533,11 +594,11 @@ def bins(tmp_path_factory) -> dict[str, bytes]:
 @pytest.mark.parametrize("seed", ["project_writer", "python2_cpickle", "numpy_arrays_protocol2", "protocol0"])
 @FUZZ
 @given(data=DATA)
-def test_bin_sets(bins, seed, data, tmp_path):
+def test_mutated_bin(bins, seed, data, tmp_path):
     from elasticface.data.pair_files import load_bin
 
     path = tmp_path / "lfw.bin"
-    path.write_bytes(mutated(data, bins[seed], text=seed == "protocol0" and data.draw(st.booleans())))
+    path.write_bytes(mutated(data, bins[seed], "text" if seed == "protocol0" and data.draw(st.booleans()) else "bytes"))
 
     def read():
         pairs = load_bin(str(path), image_size=16)
@@ -550,51 +611,54 @@ def test_bin_sets(bins, seed, data, tmp_path):
 @pytest.mark.parametrize("seed", ["mxnet_v2", "mxnet_v3", "v1", "legacy"])
 @FUZZ
 @given(data=DATA)
-def test_mxnet_params(seed, data, tmp_path):
+def test_mutated_mxnet_params(seed, data, tmp_path):
     from elasticface.backbones.mxnet_params import read_mxnet_params
 
     path = tmp_path / "model-0000.params"
-    path.write_bytes(mutated(data, params_seeds()[seed], text=False))
+    path.write_bytes(mutated(data, params_seeds()[seed], "bytes"))
     run_case("mxnet_params", [path], lambda: read_mxnet_params(str(path)))
 
 
 @pytest.fixture(scope="module")
 def fresnet(tmp_path_factory) -> Path:
+    from elasticface.backbones.weights import read_state_dict
+
     folder = tmp_path_factory.mktemp("zoo") / "fresnet"
     shutil.copytree(MXNET / "fresnet", folder)
+    read_state_dict(str(folder / "model-0000.params"))  # builds the registered layouts once (match_backbone's cache)
     return folder
 
 
 @pytest.mark.parametrize("seed", ["model-symbol.json", "model-0000.params"])
 @FUZZ
 @given(data=DATA)
-def test_mxnet_zoo(fresnet, seed, data):
+def test_mutated_mxnet_zoo(fresnet, seed, data):
     from elasticface.backbones.weights import read_state_dict
 
     path = fresnet / seed
-    with replaced(path, mutated(data, path.read_bytes(), text=seed.endswith(".json"))):
+    with replaced(path, mutated(data, path.read_bytes(), "json" if seed.endswith(".json") else "bytes")):
         run_case("mxnet_zoo", [fresnet], lambda: read_state_dict(str(fresnet / "model-0000.params")))
 
 
 @pytest.mark.parametrize("seed", ["pth", "pth_ddp", "pth_legacy"])
 @FUZZ
 @given(data=DATA)
-def test_state_dict_files(models, seed, data, tmp_path):
+def test_mutated_state_dict(models, seed, data, tmp_path):
     from elasticface.backbones.weights import read_state_dict
 
     path = tmp_path / "weights.pth"
-    path.write_bytes(mutated(data, models[seed].read_bytes(), text=False))
+    path.write_bytes(mutated(data, models[seed].read_bytes(), "bytes"))
     run_case("state_dict", [path], lambda: read_state_dict(str(path)))
 
 
 @pytest.mark.parametrize("mmap", [False, True])
 @FUZZ
 @given(data=DATA)
-def test_checkpoints(models, mmap, data, tmp_path):
+def test_mutated_checkpoint(models, mmap, data, tmp_path):
     from elasticface.untrusted import check_targets, read_checkpoint
 
     path = tmp_path / "last.ckpt"
-    path.write_bytes(mutated(data, models["ckpt"].read_bytes(), text=False))
+    path.write_bytes(mutated(data, models["ckpt"].read_bytes(), "bytes"))
 
     def read():
         checkpoint = read_checkpoint(str(path), mmap=mmap)
@@ -605,11 +669,11 @@ def test_checkpoints(models, mmap, data, tmp_path):
 
 @FUZZ
 @given(data=DATA)
-def test_onnx(models, data, tmp_path):
+def test_mutated_onnx(models, data, tmp_path):
     from elasticface.eval.embed import load_model_file
 
     path = tmp_path / "model.onnx"
-    path.write_bytes(mutated(data, models["onnx"].read_bytes(), text=False))
+    path.write_bytes(mutated(data, models["onnx"].read_bytes(), "bytes"))
 
     def read():
         embedder = load_model_file(str(path), "cpu")
@@ -620,11 +684,11 @@ def test_onnx(models, data, tmp_path):
 
 @FUZZ
 @given(data=DATA)
-def test_torchscript_is_refused(models, data, tmp_path):
+def test_mutated_torchscript(models, data, tmp_path):
     from elasticface.eval.embed import load_model_file
 
     path = tmp_path / "model.pt"
-    path.write_bytes(mutated(data, models["torchscript"].read_bytes(), text=False))
+    path.write_bytes(mutated(data, models["torchscript"].read_bytes(), "bytes"))
     opened = []
     real_jit_load = torch.jit.load
 
@@ -643,8 +707,9 @@ def test_torchscript_is_refused(models, data, tmp_path):
 @pytest.mark.parametrize("seed", ["pth", "pth_legacy", "ckpt", "torchscript", "mxnet"])
 @FUZZ
 @given(data=DATA)
-def test_model_type_detection(models, fresnet, seed, data, tmp_path):
+def test_mutated_model_detection(models, fresnet, seed, data, tmp_path):
     from elasticface.backbones.weights import file_kind
+    from elasticface.utils.model_files import model_file_kind
 
     if seed == "mxnet":  # the parameter file beside its symbol, as released
         shutil.copy(fresnet / "model-symbol.json", tmp_path / "model-symbol.json")
@@ -652,8 +717,13 @@ def test_model_type_detection(models, fresnet, seed, data, tmp_path):
         original = (fresnet / "model-0000.params").read_bytes()[:4096] if data.draw(st.booleans()) else original
     else:
         path, original = tmp_path / models[seed].name, models[seed].read_bytes()
-    path.write_bytes(mutated(data, original, text=False))
-    run_case("model_detection", [path], lambda: file_kind(str(path)))
+    path.write_bytes(mutated(data, original, "bytes"))
+
+    def read():
+        model_file_kind(str(path))  # the commands' check of weights= before anything is built
+        file_kind(str(path))  # what the loaders then read
+
+    run_case("model_detection", [path], read)
 
 
 @pytest.fixture(scope="module")
@@ -664,7 +734,7 @@ def pair_lists(tmp_path_factory) -> dict[str, Path]:
 @pytest.mark.parametrize("seed", ["plain", "lfw", "cfp_list", "cfp_split"])
 @FUZZ
 @given(data=DATA)
-def test_pair_lists(pair_lists, seed, data):
+def test_mutated_pair_list(pair_lists, seed, data):
     from elasticface.data.pair_files import pairs_from_list
 
     path = pair_lists[seed]
@@ -672,7 +742,7 @@ def test_pair_lists(pair_lists, seed, data):
     cfp = (root / "cfp" / "Protocol" / "Split" / "FP", root / "cfp" / "Data" / "Images")
     pairs_file, image_root = {"plain": (path, root / "images"), "lfw": (path, root / "lfw"), "cfp_list": cfp,
                               "cfp_split": cfp}[seed]
-    with replaced(path, mutated(data, path.read_bytes(), text=True)):
+    with replaced(path, mutated(data, path.read_bytes(), "text")):
         run_case("pair_list", [path], lambda: pairs_from_list(str(pairs_file), str(image_root)))
 
 
@@ -686,7 +756,7 @@ def ijb(tmp_path_factory) -> Path:
                                   "ijbc_1N_probe_mixed.csv"])
 @FUZZ
 @given(data=DATA)
-def test_ijb_metadata(ijb, seed, data):
+def test_mutated_ijb_meta(ijb, seed, data):
     from elasticface.eval.ijb import load_ijb_meta
     from elasticface.eval.ijb_1n import gallery_files, read_template_subjects
 
@@ -699,7 +769,7 @@ def test_ijb_metadata(ijb, seed, data):
         else:
             load_ijb_meta(str(ijb.parent), "IJBC")
 
-    with replaced(path, mutated(data, path.read_bytes(), text=True)):
+    with replaced(path, mutated(data, path.read_bytes(), "text")):
         run_case("ijb_meta", [path], read)
 
 
@@ -712,7 +782,7 @@ def testpack(tmp_path_factory) -> tuple[Path, Path]:
                                   "facescrub_features_list.json", "megaface_features_list.json_10_1"])
 @FUZZ
 @given(data=DATA)
-def test_megaface_testpack(testpack, seed, data):
+def test_mutated_megaface_testpack(testpack, seed, data):
     from elasticface.eval.megaface_testpack import devkit_distractors, devkit_probes, read_testpack
 
     pack, lists = testpack
@@ -725,14 +795,14 @@ def test_megaface_testpack(testpack, seed, data):
             devkit_probes(str(lists), found, problems)
             devkit_distractors(str(lists), 10, 1, found, problems)
 
-    with replaced(path, mutated(data, path.read_bytes(), text=True)):
+    with replaced(path, mutated(data, path.read_bytes(), "json" if "json" in seed else "text")):
         run_case("megaface_testpack", [path], read)
 
 
 @pytest.mark.parametrize("seed", ["project_writer_512", "gen_megaface_4", "gen_megaface_65536"])
 @FUZZ
 @given(data=DATA)
-def test_devkit_feature_files(seed, data, tmp_path):
+def test_mutated_devkit_features(seed, data, tmp_path):
     from elasticface.eval.megaface_features import feature_bytes, read_feature, read_features
     from helpers.megaface_files import devkit_bytes
 
@@ -741,7 +811,7 @@ def test_devkit_feature_files(seed, data, tmp_path):
                 "gen_megaface_4": lambda: devkit_bytes(rng.normal(size=4)),
                 "gen_megaface_65536": lambda: devkit_bytes(np.zeros(65536))}[seed]()
     path = tmp_path / "Ann_1.png_algo.bin"
-    path.write_bytes(mutated(data, original, text=False))
+    path.write_bytes(mutated(data, original, "bytes"))
     good = tmp_path / "Bob_1.png_algo.bin"
     good.write_bytes(original)
 
@@ -763,31 +833,35 @@ def landmark_files(tmp_path_factory) -> tuple[dict[str, Path], list[str]]:
 @pytest.mark.parametrize("seed", ["txt", "csv", "npy"])
 @FUZZ
 @given(data=DATA)
-def test_landmark_files(landmark_files, seed, data):
+def test_mutated_landmarks(landmark_files, seed, data):
     from elasticface.align.landmark_files import read_landmark_file
 
     paths, photos = landmark_files
     path = paths[seed]
-    with replaced(path, mutated(data, path.read_bytes(), text=seed != "npy")):
+    with replaced(path, mutated(data, path.read_bytes(), "bytes" if seed == "npy" else "text")):
         run_case("landmarks", [path], lambda: read_landmark_file(str(path), photos))
 
 
 IMAGES = image_seeds()
+#: five points inside a 16 x 16 photo, in insightface's order (eyes, nose, mouth corners)
+LANDMARKS_16 = np.array([[5.5, 6.5], [10.5, 6.5], [8.0, 9.0], [6.0, 12.0], [10.0, 12.0]])
 
 
 @pytest.mark.parametrize("seed", sorted(IMAGES))
 @FUZZ
 @given(data=DATA)
-def test_images(seed, data, tmp_path):
+def test_mutated_images(seed, data, tmp_path):
     from elasticface.align.photos import read_photo
     from elasticface.data.folder import ImageFiles
+    from elasticface.eval.ijb import IJBImages
 
     path = tmp_path / f"photo.{seed.split('_')[0].replace('jpeg', 'jpg')}"
-    path.write_bytes(mutated(data, IMAGES[seed], text=False))
+    path.write_bytes(mutated(data, IMAGES[seed], "bytes"))
 
     def read():
         read_photo(str(path))  # elasticface-align
         ImageFiles(str(tmp_path), [path.name], image_size=16, resize=True)[0]  # elasticface-embed
+        IJBImages(str(tmp_path), [path.name], LANDMARKS_16[None], image_size=16)[0]  # IJB's loose crops
 
     run_case("images", [path], read)
 
@@ -795,7 +869,7 @@ def test_images(seed, data, tmp_path):
 @pytest.mark.parametrize("seed", ["run_file", "beside_weights"])
 @FUZZ
 @given(data=DATA)
-def test_thresholds(seed, data, tmp_path):
+def test_mutated_thresholds(seed, data, tmp_path):
     from elasticface.eval.thresholds import read_file, store_thresholds
 
     weights = tmp_path / "model.pth"
@@ -805,7 +879,7 @@ def test_thresholds(seed, data, tmp_path):
     run = Path(store_thresholds(str(tmp_path), str(weights), rows, True))
     original = run.read_bytes() if seed == "run_file" else json.dumps(json.loads(run.read_text())["sets"]).encode()
     path = tmp_path / ("thresholds.json" if seed == "run_file" else "model.pth.thresholds.json")
-    path.write_bytes(mutated(data, original, text=True))
+    path.write_bytes(mutated(data, original, "json"))
     run_case("thresholds", [path], lambda: read_file(str(path)))
 
 

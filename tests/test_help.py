@@ -34,7 +34,12 @@ def test_help_lists_the_user_groups_the_heads_and_resolved_values(tmp_path):
     out = train("--help", "head=elastic_arc_plus", cwd=tmp_path)
     assert out.returncode == 0, out.stderr[-3000:]
     text = out.stdout
-    groups, config = text.split("== Config: ")
+    groups, rest = text.split("== Keys checked before the run")
+    keys, config = rest.split("== Config: ")
+    from elasticface.cli.config_rules import TRAIN
+
+    assert re.findall(r"^([\w.]+) {2,}", keys, flags=re.MULTILINE) == list(TRAIN), "each checked key, one source"
+    assert re.search(r"^sigma +a number >= 0, or null; ElasticFace's margin standard deviation", keys, re.MULTILINE)
     listed = re.findall(r"^(\w+) {2,}", groups, flags=re.MULTILINE)
     assert listed == list(GROUPS), "the user's groups, in order, and none other"
     for internal in HIDDEN:

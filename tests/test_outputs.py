@@ -36,13 +36,11 @@ def tree(root: Path) -> list[str]:
 
 
 def refusal(call, capsys) -> str:
-    """The one line a command gives when it refuses: `OutputExists` raised in-process, or, once the command keeps
-    the contract itself (cli/preflight.py), exit status 2 with one line on stderr."""
+    """The one line a command gives when it refuses: exit status 2 with one line on stderr (the contract of
+    cli/preflight.py)."""
     capsys.readouterr()
     try:
         code = call()
-    except OutputExists as err:
-        return one_line(err)
     except SystemExit as stop:
         code = stop.code
     assert code == 2, f"not refused: exit {code}"
@@ -159,13 +157,9 @@ def run(argv: list[str]) -> subprocess.CompletedProcess:
 
 
 def assert_refused_as_typed(out: subprocess.CompletedProcess, names: str) -> None:
-    """Exit 2 and one line naming `names`; a traceback that ends in OutputExists (a command not yet keeping the
-    contract of cli/preflight.py itself) is an expected failure, said as such."""
+    """Exit 2 and one line naming `names` (the contract of cli/preflight.py)."""
     lines = [line for line in out.stderr.splitlines() if line.strip()]
     assert lines and names in lines[-1] and "--overwrite" in lines[-1], out.stderr[-2000:]
-    if out.returncode == 1 and lines[-1].startswith("elasticface.utils.errors.OutputExists: "):
-        pytest.xfail("refused with OutputExists, but as a traceback (exit 1): the command's main does not keep the "
-                     "contract (one line, exit 2) yet")
     assert out.returncode == 2 and len(lines) == 1, out.stderr[-2000:]
 
 

@@ -9,6 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from helpers.exit_status import exit_status
+
 from elasticface.report import borda, build_report, max_ranks, read_sweep, to_markdown
 from elasticface.cli.report import main
 
@@ -107,9 +109,9 @@ def test_bad_summaries_are_listed_or_refused_with_the_file_named(tmp_path, capsy
     assert len(report.rows) == 1 and report.unfinished[0][0] == "1"
     assert "1/summary.json: missing key(s) ['m', 'sigma', 'seed', 'val/sets']" in report.unfinished[0][1]
     write_job(tmp_path, "2", "arcface", 0.55, None, {"agedb_30": 0.8})
-    assert main([str(tmp_path)]) == 2
+    assert exit_status(main, [str(tmp_path)]) == 2
     assert "2/summary.json: 'val/sets' has benchmarks ['agedb_30']" in capsys.readouterr().err
-    assert main([str(tmp_path / "nowhere")]) == 2
+    assert exit_status(main, [str(tmp_path / "nowhere")]) == 2
 
 
 def test_seed_table_pairs_each_row_with_arcface_and_compiled_with_eager(tmp_path):

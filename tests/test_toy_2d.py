@@ -7,6 +7,8 @@ import math
 
 import numpy as np
 import pytest
+
+from helpers.exit_status import exit_status
 import torch
 
 from elasticface.data.datamodule import FaceDataModule
@@ -141,9 +143,9 @@ def test_sweep_summary_over_seeds(tmp_path, capsys):
     assert "| arcface | 2 | 10 | 0 of 2 | 0 |" in out and "| elastic_arc_plus | 2 | 10 | 1 of 2 | 0 |" in out
     assert "± " in out and "without the" not in out
     assert (tmp_path / SWEEP_FIGURE_FILE).stat().st_size > 0
-    assert main([str(tmp_path), "--seed", "7"]) == 2
+    assert exit_status(main, [str(tmp_path), "--seed", "7"]) == 2
     assert "--seed 7" in capsys.readouterr().err
-    assert main([str(tmp_path / "nowhere")]) == 2
+    assert exit_status(main, [str(tmp_path / "nowhere")]) == 2
     assert "no such sweep directory" in capsys.readouterr().err
 
 
@@ -166,7 +168,7 @@ def test_the_command_reads_the_newest_sweep_of_the_directory_it_runs_in(tmp_path
     """Without SWEEP_DIR the newest multirun under ./logs/toy_2d/multiruns of the working directory of the call
     (not of the import), and only that sweep gets the side-by-side picture."""
     monkeypatch.chdir(tmp_path)
-    assert main([]) == 2
+    assert exit_status(main, []) == 2
     assert "no toy sweep under ./logs/toy_2d/multiruns" in capsys.readouterr().err
     multiruns = tmp_path / "logs" / "toy_2d" / "multiruns"
     older, newer = multiruns / "2026-11-01_09-00-00", multiruns / "2026-11-02_08-00-00"

@@ -191,6 +191,15 @@ class Job:
     params: dict[str, Any]  # the hyperparameters the loggers got
 
 
+def check_head(cfg: DictConfig) -> None:
+    """The head's own range checks (m for its family, sigma, its options), before any data is read: the head is
+    built once from the config and dropped (s: class_count is known only from the data, any valid scale stands in)."""
+    head = OmegaConf.to_container(cfg.model.head, resolve=True)
+    if head.get("s") == CLASS_COUNT:
+        head["s"] = 64.0
+    instantiate(head)
+
+
 def resolve(cfg: DictConfig) -> tuple[str | None, StartWeights | None]:
     """Every check and rewrite of `cfg`, in one place and in this order, before anything is built or read: the
     scale rule, the top-level values, torch's threads and the loader's workers, the lr and milestones for the global
@@ -198,6 +207,7 @@ def resolve(cfg: DictConfig) -> tuple[str | None, StartWeights | None]:
     how the console prints (None: not at all) and the weights file read."""
     check_scale(cfg)  # first: reading s resolves the scale rule
     validate_top_level(cfg)
+    check_head(cfg)
     printing = print_config_mode(OmegaConf.select(cfg, "extras.print_config", default=False))
     quiet_library_noise()
     set_threads(cfg)

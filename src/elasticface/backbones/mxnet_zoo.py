@@ -97,7 +97,7 @@ def _read_symbol(path: str) -> list[_Node]:
                 raise ValueError(f"node {index} ({name}) reads nodes {list(inputs)}; expected earlier nodes")
             nodes.append(_Node(op, name, attrs, inputs))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError, IndexError, ValueError,
-            AttributeError, RecursionError) as err:
+            AttributeError, RecursionError, OverflowError) as err:  # OverflowError: int() of an infinite number
         raise MXNetModelError(f"{path}: not an MXNet symbol file (a JSON graph with 'nodes' of op, name and "
                               f"inputs): {type(err).__name__}: {err}") from err
     return nodes

@@ -135,11 +135,14 @@ def _open_archive(path: str) -> zipfile.ZipFile:
         raise WeightsError(f"{path}: a damaged zip archive ({type(err).__name__}: {err}); the file is truncated or "
                            f"corrupt") from err
     for info in infos:
-        if info.header_offset + info.compress_size > size or info.file_size > size:
+        # stored (torch.save's records): the data is the file's bytes; deflated (TorchScript's debug files): a
+        # deflate stream expands at most 1032-fold
+        most = info.compress_size if info.compress_type == zipfile.ZIP_STORED else 1032 * info.compress_size + 64
+        if info.header_offset + info.compress_size > size or info.file_size > most:
             archive.close()
-            raise WeightsError(f"{path}: zip entry {info.filename!r} claims {info.file_size:,} bytes at offset "
-                               f"{info.header_offset:,}, beyond the file's {size:,} bytes; the file is truncated or "
-                               f"corrupt")
+            raise WeightsError(f"{path}: zip entry {info.filename!r} claims {info.file_size:,} bytes "
+                               f"({info.compress_size:,} stored) at offset {info.header_offset:,} of a file of "
+                               f"{size:,} bytes; the file is truncated or corrupt")
     return archive
 
 

@@ -15,11 +15,12 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from elasticface.cli.preflight import start
+from elasticface.cli.preflight import contract, start
 from elasticface.cli.version import add_version_argument
 from elasticface.cli.arguments import key_value_args
 
 
+@contract("elasticface-align")
 def main(argv: Sequence[str] | None = None) -> int:
     from elasticface.align.photos import DEFAULT_MAX_PIXELS
 
@@ -60,13 +61,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         device = args.device if args.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu")
         return MTCNNDetector(device, args.weights_dir, args.min_face_size)
 
-    try:
-        summary = align_folder(args.src, args.out, detector, args.landmarks, args.all_faces, args.pick,
-                               args.batch_size, args.image_size, args.max_pixels, args.progress,
-                               fallback=args.fallback, overwrite=args.overwrite)
-    except (FileNotFoundError, FileExistsError, NotADirectoryError, ValueError) as exc:
-        print(f"elasticface-align: {exc}", file=sys.stderr)
-        return 2
+    summary = align_folder(args.src, args.out, detector, args.landmarks, args.all_faces, args.pick,
+                           args.batch_size, args.image_size, args.max_pixels, args.progress,
+                           fallback=args.fallback, overwrite=args.overwrite)
     print(format_align_summary(summary, args.out))
     return 0
 

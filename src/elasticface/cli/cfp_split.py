@@ -9,13 +9,13 @@ The same command as `python -m elasticface.cli.cfp_split`. The split itself: `el
 from __future__ import annotations
 
 import argparse
-import sys
 from collections.abc import Sequence
 
-from elasticface.cli.preflight import start
+from elasticface.cli.preflight import contract, start
 from elasticface.cli.version import add_version_argument
 
 
+@contract("elasticface-cfp-split")
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="elasticface-cfp-split", description=__doc__.split("\n\n")[0])
     add_version_argument(parser)
@@ -39,12 +39,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         splits = parse_folds(args.test_splits, "--test-splits")
     except ValueError as e:
         parser.error(str(e))
-    try:
-        report = split_cfp(args.cfp_dir, args.faces, args.out, splits, args.train_photos,
-                           overwrite=args.overwrite)
-    except (FileNotFoundError, FileExistsError, ValueError) as exc:
-        print(f"elasticface-cfp-split: {exc}", file=sys.stderr)
-        return 2
+    report = split_cfp(args.cfp_dir, args.faces, args.out, splits, args.train_photos, overwrite=args.overwrite)
     print(" ".join(f"{k}={v}" for k, v in report.items()))
     print(f"train: python train.py experiment=cfp_finetune data.root={args.out} weights=<model file>")
     return 0

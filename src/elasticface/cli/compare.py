@@ -15,11 +15,13 @@ import os
 import sys
 from collections.abc import Sequence
 
-from elasticface.cli.preflight import start
+from elasticface.cli.preflight import contract, start
+from elasticface.utils.errors import MissingPath
 from elasticface.cli.version import add_version_argument
 from elasticface.cli.arguments import add_model_file_arguments, key_value_args
 
 
+@contract("elasticface-compare")
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="elasticface-compare", description=__doc__.split("\n\n")[0])
     add_version_argument(parser)
@@ -48,29 +50,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.weights is None:
         parser.error("give the model file: weights=<.ckpt | backbone .pth/.pt | TorchScript | .onnx>")
     from elasticface.align.detector import MTCNNDetector
-    from elasticface.align.photos import BadPhotoError
     from elasticface.eval.compare import compare
     from elasticface.eval.embed import load_model_file
     from elasticface.eval.embedding_loop import resolve_device
     from elasticface.eval.thresholds import DEFAULT_SEARCH, stored_threshold
 
     device = resolve_device(args.device)
-    try:
-        if args.threshold is not None:
-            threshold = (args.threshold, "given")
-        else:
-            if args.thresholds and not os.path.exists(args.thresholds):
-                raise FileNotFoundError(f"--thresholds {args.thresholds}: not found; expected an eval run's "
-                                        "thresholds.json, its run folder or a folder of runs")
-            found = stored_threshold(args.weights, args.set_name,
-                                     (args.thresholds,) if args.thresholds else (DEFAULT_SEARCH,))
-            threshold = (found[0], f"{found[1]}, {found[2]}") if found else None
-        model = load_model_file(args.weights, device, args.backbone, args.embedding_size, args.allow_torchscript)
-        result = compare(model, args.a, args.b, threshold, args.flip, device, args.align,
-                         lambda: MTCNNDetector(device, args.weights_dir))
-    except (BadPhotoError, FileNotFoundError, ValueError) as exc:
-        print(f"elasticface-compare: {exc}", file=sys.stderr)
-        return 2
+    if args.threshold is not None:
+        threshold = (args.threshold, "given")
+    else:
+        if args.thresholds and not os.path.exists(args.thresholds):
+            raise MissingPath(f"--thresholds {args.thresholds}: not found; expected an eval run's "
+                              "thresholds.json, its run folder or a folder of runs")
+        found = stored_threshold(args.weights, args.set_name,
+                                 (args.thresholds,) if args.thresholds else (DEFAULT_SEARCH,))
+        threshold = (found[0], f"{found[1]}, {found[2]}") if found else None
+    model = load_model_file(args.weights, device, args.backbone, args.embedding_size, args.allow_torchscript)
+    result = compare(model, args.a, args.b, threshold, args.flip, device, args.align,
+                     lambda: MTCNNDetector(device, args.weights_dir))
     print(json.dumps(result.as_dict()) if args.json else result.sentence())
     return 0
 

@@ -20,12 +20,13 @@ import logging
 import sys
 from collections.abc import Sequence
 
-from elasticface.cli.preflight import start
+from elasticface.cli.preflight import contract, start
 from elasticface.cli.version import add_version_argument
 
 OVERWRITE_HELP = "write over existing outputs (default: refuse an output file that exists or a folder with entries)"
 
 
+@contract("elasticface-convert")
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="elasticface-convert", description=__doc__.split("\n\n")[0])
     add_version_argument(parser)

@@ -25,11 +25,12 @@ import sys
 from collections.abc import Sequence
 
 from elasticface.cli.arguments import add_model_file_arguments, key_value_args
-from elasticface.cli.preflight import start
+from elasticface.cli.preflight import contract, start
 from elasticface.cli.version import add_version_argument
 from elasticface.utils.output_paths import refuse_existing_files
 
 
+@contract("elasticface-embed")
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="elasticface-embed", description=__doc__.split("\n\n")[0])
     add_version_argument(parser)

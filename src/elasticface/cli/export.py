@@ -21,7 +21,7 @@ import sys
 from collections.abc import Sequence
 
 from elasticface.cli.arguments import add_model_file_arguments, key_value_args
-from elasticface.cli.preflight import start
+from elasticface.cli.preflight import contract, start
 from elasticface.cli.version import add_version_argument
 from elasticface.utils.output_paths import refuse_existing_files
 
@@ -30,6 +30,7 @@ FORMAT_BY_SUFFIX = {".onnx": "onnx", ".pth": "pth"}
 SUFFIX_BY_FORMAT = {"onnx": ".onnx", "pth": ".pth", "torchscript": ".pt"}
 
 
+@contract("elasticface-export")
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="elasticface-export", description=__doc__.split("\n\n")[0])
     add_version_argument(parser)

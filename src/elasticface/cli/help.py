@@ -118,6 +118,20 @@ def config_text(*, _root_: DictConfig) -> str:
     return _escape(OmegaConf.to_yaml(job).rstrip())
 
 
+def keys_text(command: str) -> str:
+    """`${keys_help:train}` in the help template: each key the command checks, what it accepts and what it does
+    (cli/config_rules.py: the rules are the one source)."""
+    from elasticface.cli.config_rules import EVAL, TRAIN
+
+    rules = TRAIN if command == "train" else EVAL
+    width = max(map(len, rules)) + 2
+    lines = []
+    for key, rule in rules.items():
+        text = rule.describe() + (f"; {rule.doc}" if rule.doc else "")
+        lines += textwrap.wrap(text, WIDTH, initial_indent=f"{key:<{width}}", subsequent_indent=" " * width)
+    return _escape("\n".join(lines))
+
+
 def _escape(text: str) -> str:
     """Hydra fills the template with string.Template: a `$` of ours stays a `$`."""
     return text.replace("$", "$$")

@@ -10,10 +10,11 @@ from __future__ import annotations
 import argparse
 from collections.abc import Sequence
 
-from elasticface.cli.preflight import start
+from elasticface.cli.preflight import contract, start
 from elasticface.cli.version import add_version_argument
 
 
+@contract("elasticface-lfw-split")
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="elasticface-lfw-split", description=__doc__.split("\n\n")[0])
     add_version_argument(parser)

@@ -10,10 +10,11 @@ from __future__ import annotations
 import argparse
 from collections.abc import Sequence
 
-from elasticface.cli.preflight import start
+from elasticface.cli.preflight import contract, start
 from elasticface.cli.version import add_version_argument
 
 
+@contract("elasticface-megaface-pack")
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="elasticface-megaface-pack", description=__doc__.split("\n\n")[0])
     add_version_argument(parser)

@@ -10,6 +10,7 @@ job instead, where Hydra has composed it.
 from __future__ import annotations
 
 import difflib
+import functools
 from collections.abc import Sequence
 from typing import Any
 
@@ -21,7 +22,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from elasticface.cli.compose import compose_config
 from elasticface.cli.config_rules import check_config
-from elasticface.cli.help import group_options
+from elasticface.cli.help import options as group_options
 from elasticface.utils.config import check_mandatory
 from elasticface.utils.errors import BadValue
 from elasticface.utils.rule_kinds import ByChoice, Rule
@@ -111,6 +112,12 @@ def unknown_keys(parsed: list[Override], cfg: DictConfig, groups: dict[str, Any]
     return problems
 
 
+@functools.lru_cache(maxsize=4)
+def _default_config(config_name: str) -> DictConfig:
+    """The app's config with no overrides: its groups and their choices (composed once a process)."""
+    return compose_config(config_name, [], return_hydra_config=True)
+
+
 def precheck(config_name: str, argv: Sequence[str], rules: dict[str, Rule]) -> DictConfig | None:
     """Check the command line `argv` of the app `config_name`: raise one BadValue listing every unknown key and
     option, or the first value that breaks its rule. Returns the composed config (None when Hydra answers the
@@ -120,16 +127,17 @@ def precheck(config_name: str, argv: Sequence[str], rules: dict[str, Rule]) -> D
     overrides = [arg for arg in argv if not arg.startswith("-")]
     parsed = _parse(overrides)
     try:
-        base = compose_config(config_name, [], return_hydra_config=True)
+        base = _default_config(config_name)
         groups = dict(base.hydra.runtime.choices)
         problems = unknown_options(parsed, groups)
-        grouped = compose_config(config_name, [_first(o) for o in parsed if o.key_or_group in groups],
-                                 return_hydra_config=True) if not problems else base
+        chosen = [_first(o) for o in parsed if o.key_or_group in groups]
+        grouped = compose_config(config_name, chosen, return_hydra_config=True) if chosen and not problems else base
         groups |= dict(grouped.hydra.runtime.choices)
         problems += unknown_keys(parsed, grouped, groups)
         if problems:
             raise BadValue(" | ".join(problems))
-        cfg = compose_config(config_name, [_first(o) for o in parsed], return_hydra_config=True)
+        cfg = (compose_config(config_name, [_first(o) for o in parsed], return_hydra_config=True)
+               if len(chosen) < len(parsed) else grouped)
     except (HydraException, OmegaConfBaseException) as err:
         raise BadValue(f"the command line does not compose: {str(err).splitlines()[0]}") from None
     check_mandatory(cfg)

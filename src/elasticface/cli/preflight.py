@@ -11,12 +11,13 @@ that a chosen option needs (the cluster launchers, the Optuna sweeper).
 
 from __future__ import annotations
 
+import functools
 import logging
 import sys
 import traceback
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from elasticface.cli.version import version_text
 from elasticface.utils.errors import UserError, one_line, traceback_wanted, user_error_in
@@ -60,6 +61,24 @@ def start(prog: str, argv: Sequence[str] | None = None) -> None:
         check_plugins(argv)
 
 
+def contract(prog: str) -> Callable[[Callable[..., int]], Callable[..., int]]:
+    """A file command's `main` under the contract: a user's mistake anywhere inside is said in one line and `main`
+    returns exit status 2 (what its console script exits with)."""
+    def wrap(main: Callable[..., int]) -> Callable[..., int]:
+        @functools.wraps(main)
+        def run(*args: Any, **kwargs: Any) -> int:
+            try:
+                return main(*args, **kwargs)
+            except Exception as err:
+                mistake = user_error_in(err)
+                if mistake is None:
+                    raise
+                say(prog, mistake)
+                return 2
+        return run
+    return wrap
+
+
 def error_line(prog: str, err: BaseException) -> str:
     return f"{prog}: error: {one_line(err)}"
 
@@ -77,9 +96,14 @@ def one_line_errors(prog: str) -> Iterator[None]:
         exit_with(prog, mistake)
 
 
-def exit_with(prog: str, err: UserError) -> NoReturn:
-    """The contract's end of a command: the mistake's line on stderr (its traceback first when asked), exit 2."""
+def say(prog: str, err: UserError) -> None:
+    """The mistake's line on stderr, its traceback first when `ELASTICFACE_TRACEBACK=1` asks for it."""
     if traceback_wanted():
         traceback.print_exception(err)
     print(error_line(prog, err), file=sys.stderr)
+
+
+def exit_with(prog: str, err: UserError) -> NoReturn:
+    """The contract's end of a command: the mistake's line on stderr, exit status 2."""
+    say(prog, err)
     raise SystemExit(2) from None

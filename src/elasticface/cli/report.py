@@ -10,10 +10,11 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from elasticface.cli.preflight import start
+from elasticface.cli.preflight import contract, start
 from elasticface.cli.version import add_version_argument
 
 
+@contract("elasticface-report")
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="elasticface-report", description=__doc__.split("\n\n")[0])
     add_version_argument(parser)
@@ -24,11 +25,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     start(parser.prog, [])
     from elasticface.report.write import write_report  # here, so that --help answers without matplotlib
 
-    try:
-        markdown, written = write_report(args.sweep_dir, args.out)
-    except (FileNotFoundError, ValueError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+    markdown, written = write_report(args.sweep_dir, args.out)
     print(markdown)
     print("written: " + ", ".join(str(p) for p in written))
     return 0

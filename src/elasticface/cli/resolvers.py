@@ -13,7 +13,7 @@ import os
 from omegaconf import OmegaConf
 
 from elasticface.cli.head_group import register_head_group
-from elasticface.cli.help import config_group_options, config_text, groups_text
+from elasticface.cli.help import config_group_options, config_text, groups_text, keys_text
 from elasticface.cli.slurm_plugin import register_slurm_launcher
 
 from elasticface.loggers.run_names import current_sweep_group, group_choice, run_name, run_tags
@@ -64,6 +64,7 @@ def register_config_code() -> None:
         "config_group_options": config_group_options,
         "train_help_groups": groups_text,
         "train_help_config": config_text,
+        "keys_help": keys_text,
         "head_default": head_default,
         "head_scale": head_scale_default,
         "run_stamp": run_stamp,  # one run directory for all nodes of a multi-node job

@@ -13,12 +13,13 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from elasticface.cli.preflight import start
+from elasticface.cli.preflight import contract, start
 from elasticface.cli.version import add_version_argument
 
 TRAIN_A_SWEEP = "python train.py -m experiment=toy_2d head=arcface,elastic_arc,elastic_arc_plus"
 
 
+@contract("elasticface-toy-2d")
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="elasticface-toy-2d", description=__doc__.split("\n\n")[0])
     add_version_argument(parser)
@@ -34,19 +35,15 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     sweep_dir = args.sweep_dir or newest_toy_sweep()
     if sweep_dir is None:
-        print(f"error: no toy sweep under ./logs/toy_2d/multiruns; name one, or train: {TRAIN_A_SWEEP}",
+        print(f"{parser.prog}: error: no toy sweep under ./logs/toy_2d/multiruns; name one, or train: {TRAIN_A_SWEEP}",
               file=sys.stderr)
         return 2
-    try:
-        runs = read_toy_sweep(sweep_dir)
-    except (FileNotFoundError, ValueError, KeyError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+    runs = read_toy_sweep(sweep_dir)
     seed = args.seed if args.seed is not None else runs[0]["seed"]
     shown = [r for r in runs if r["seed"] == seed]
     if not shown:
-        print(f"error: --seed {seed}: no job of {sweep_dir} has it (seeds: {sorted({r['seed'] for r in runs})})",
-              file=sys.stderr)
+        seeds = sorted({r["seed"] for r in runs})
+        print(f"{parser.prog}: error: --seed {seed}: no job of {sweep_dir} has it (seeds: {seeds})", file=sys.stderr)
         return 2
     print(f"sweep: {sweep_dir}")
     print(format_sweep_summary(runs))

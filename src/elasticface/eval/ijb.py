@@ -166,12 +166,15 @@ class IJBImages(Dataset):
         path = os.path.join(self.image_dir, self.names[index])
         from elasticface.data.decode import MAX_PIXELS, refuse_too_large
 
-        with Image.open(path) as im:  # reads the header only
-            try:
+        try:
+            with Image.open(path) as im:  # reads the header only
                 refuse_too_large(*im.size, MAX_PIXELS)
-            except ValueError as exc:
-                raise BadFile(f"{path}: {exc}") from exc
-            face = align_face(im.convert("RGB"), self.landmarks[index], self.image_size)
+                rgb = im.convert("RGB")  # the full decode: a truncated or corrupt file fails here
+        except FileNotFoundError:
+            raise MissingPath(f"{path}: not found; the IJB meta files list it") from None
+        except Exception as exc:  # noqa: BLE001 - PIL raises OSError, SyntaxError, ValueError, DecompressionBomb*, ...
+            raise BadFile(f"{path}: not a readable image ({type(exc).__name__}: {exc})") from exc
+        face = align_face(rgb, self.landmarks[index], self.image_size)
         return torch.from_numpy(np.asarray(face, dtype=np.uint8).copy()).permute(2, 0, 1), index
 
 

@@ -11,7 +11,9 @@
 
 Lines starting with `#` are comments. What is missing or does not match is said in one line each (`problems`)
 and left out; the rest is still evaluated: a list that is missing is replaced by the images its folder holds,
-a listed image that is missing is skipped, a noise line naming no listed image is counted.
+a listed image that is missing is skipped, a noise line naming no listed image is counted. A list entry that leaves
+its folder (a `..` component, an absolute path, a link leading out) is refused, `BadFile` naming the list, the line
+and the entry; the file it points at is never opened.
 """
 
 from __future__ import annotations

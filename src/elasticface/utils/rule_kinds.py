@@ -72,7 +72,7 @@ class Numbers:
         if value is None and self.nullable:
             return
         if isinstance(value, (str, bytes)) or not isinstance(value, Sequence):
-            raise BadValue(f"{key}={value!r}: expected a list of {self.item.expected()}, e.g. {key}=[1,2]")
+            raise BadValue(f"{key}={value!r}: expected a list, each {self.item.expected()}, e.g. {key}=[1,2]")
         if self.nonempty and not value:
             raise BadValue(f"{key}=[]: expected at least one value")
         for item in value:
@@ -82,7 +82,7 @@ class Numbers:
                 raise BadValue(f"{key}={list(value)!r}: {item!r} is not {self.item.expected()}") from None
 
     def describe(self) -> str:
-        return f"a list of {self.item.expected()}"
+        return f"a list, each {self.item.expected()}"
 
 
 @dataclass(frozen=True)
