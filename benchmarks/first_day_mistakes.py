@@ -48,7 +48,7 @@ TRAIN_MISTAKES = [
     (["data.batch_size=-1"], r"^data\.batch_size=-1: out of range"),
     (["data.batch_size=abc"], r"^data\.batch_size='abc': expected an integer >= 1"),
     (["sigma=-1"], r"^sigma=-1: out of range; expected a number >= 0"),
-    (["optimizer.lr=abc"], r"^optimizer\.lr='abc': expected a number > 0"),
+    (["optimizer.lr=abc"], r"^optimizer\.lr='abc': expected a number > 0$"),
     (["optimizer.lr=0"], r"^optimizer\.lr=0: out of range"),
     (["trainer.devices=two"], r"^trainer\.devices='two': expected an integer >= 1, or auto, -1"),
     (["trainer.precision=17"], r"^trainer\.precision=17: expected one of"),
@@ -93,20 +93,22 @@ EVAL_MISTAKES = [
 #: the file commands: (module, arguments, what the line must match)
 TOOL_MISTAKES = [
     ("megaface_pack", ["nowhere", "out"], r"nowhere"),
-    ("megaface_pack", ["people", "pack"], r"pack"),
-    ("convert", ["folder", "nowhere", "out"], r"nowhere"),
+    ("megaface_pack", ["people", "pack"], r"^people: no <person>/<image> folders"),
+    ("convert", ["folder2rec", "nowhere", "out"], r"nowhere"),
+    ("convert", ["pairs2bin", "notes.txt", "people", "out.bin"], r"notes\.txt"),
     ("embed", ["--weights", "notes.txt", "--images", "people", "--out", "e.npy"], r"notes\.txt"),
     ("export", ["--weights", "notes.txt", "--out", "m.onnx"], r"notes\.txt"),
     ("compare", ["a.jpg", "b.jpg", "weights=notes.txt"], r"a\.jpg|notes\.txt"),
     ("report", ["nowhere"], r"nowhere"),
     ("align", ["nowhere", "faces"], r"nowhere"),
-    ("lfw_split", ["nowhere", "out"], r"nowhere"),
+    ("lfw_split", ["nowhere", "notes.txt", "out"], r"nowhere"),
 ]
 
 
 def make_workdir(path: Path) -> Path:
     """The files a new user has at hand: a text file, an image header, folders empty and half-filled, a folder of
     .bin sets, a testpack's and an IJB folder's names."""
+    path.mkdir(parents=True, exist_ok=True)
     (path / "notes.txt").write_text("hello world\n")
     (path / "face.jpg").write_bytes(b"\xff\xd8\xff\xe0" + bytes(64))
     (path / "empty").mkdir()

@@ -3,12 +3,15 @@
 Each property builds small valid files in a reader's real layout (with the project's own writer where there is one,
 else with an independent writer here), mutates one of them (bit flips, byte replacements, integers of interesting
 sizes written over length fields, truncation at any offset, appended, inserted, deleted and duplicated bytes; for
-text formats also deleted, duplicated, swapped, split and joined lines and fields replaced by hostile tokens) and
-calls the reader the commands call. The reader may return normally (a mutation can still give a valid file) or
-raise the project's own error, `BadFile` (or `MissingPath` where the file names a file that is not there), with the
-file named in its message; any other exception fails the property, and so does a case that runs longer than
-`FUZZ_CASE_SECONDS` (a hang). The targeted tests at the end give length fields that claim gigabytes and assert the
-readers refuse them quickly without allocating what the field says.
+text formats also deleted, duplicated, swapped, split and joined lines and fields replaced by hostile tokens; for
+JSON also values replaced, deleted or duplicated anywhere in the document) and calls the reader the commands call.
+The reader may return normally (a mutation can still give a valid file) or raise the project's own error,
+`BadFile` (or `MissingPath` where the file names a file that is not there), with the file named in its message;
+any other exception fails the property, and so does a case that runs longer than `FUZZ_CASE_SECONDS` (a hang).
+
+The targeted tests at the end give length fields that claim gigabytes and assert the readers refuse them quickly
+without allocating what the field says, and plant an image outside a MegaFace testpack that a list entry points
+at: the entry is refused and the image never opened.
 
 `FUZZ_EXAMPLES` (default 30) sets the cases per seed file; `make fuzz` runs 100,000 and prints the cases per reader
 (`FUZZ_REPORT=<folder>` makes this module write its counts there; tests/fuzz_report.py prints them).

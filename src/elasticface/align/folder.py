@@ -35,7 +35,7 @@ from elasticface.align.fallback import CENTRE, FORCED, fallback_face
 from elasticface.align.landmark_files import LANDMARK_COLUMNS, read_landmark_file
 from elasticface.align.photos import DEFAULT_MAX_PIXELS, PHOTO_EXTENSIONS, BadPhotoError, read_photo
 from elasticface.align.template import norm_crop
-from elasticface.utils.errors import BadValue, OutputExists
+from elasticface.utils.errors import BadValue, MissingPath, OutputExists
 from elasticface.utils.output_paths import atomic_path, inside
 
 FACES_CSV = "faces.csv"
@@ -64,7 +64,7 @@ def list_photos(src: str, exclude: str | None = None, say: Callable[[str], None]
     links); a link back to a folder already being searched would loop, so it is named through `say` and
     skipped. A `src` without a single photo is an error that names it."""
     if not os.path.isdir(src):
-        raise NotADirectoryError(f"source folder {src} not found")
+        raise MissingPath(f"{src}: no such folder; expected the folder of photos to align")
     skip = os.path.realpath(exclude) if exclude else None
     found = []
     for root, dirs, files in os.walk(src, followlinks=True):

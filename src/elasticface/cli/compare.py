@@ -15,10 +15,11 @@ import os
 import sys
 from collections.abc import Sequence
 
-from elasticface.cli.preflight import contract, start
-from elasticface.utils.errors import MissingPath
-from elasticface.cli.version import add_version_argument
 from elasticface.cli.arguments import add_model_file_arguments, key_value_args
+from elasticface.cli.preflight import contract, start
+from elasticface.cli.version import add_version_argument
+from elasticface.utils.errors import MissingPath
+from elasticface.utils.model_files import model_file_kind
 
 
 @contract("elasticface-compare")
@@ -49,6 +50,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     start(parser.prog, [])
     if args.weights is None:
         parser.error("give the model file: weights=<.ckpt | backbone .pth/.pt | TorchScript | .onnx>")
+    for photo in (args.a, args.b):  # before torch is imported: a missing photo or a wrong file named in a second
+        if not os.path.isfile(photo):
+            raise MissingPath(f"{photo}: no such photo; expected an image file (a photo, or an aligned 112x112 face)")
+    model_file_kind(args.weights, "weights")
     from elasticface.align.detector import MTCNNDetector
     from elasticface.eval.compare import compare
     from elasticface.eval.embed import load_model_file

@@ -72,7 +72,7 @@ TRAIN: dict[str, Rule] = {
     "trainer.precision": Choice(("32-true", "32", 32, "16-mixed", "bf16-mixed", "bf16-true", "16-true", "64-true",
                                  "transformer-engine")),
     "trainer.threads": Number(low=1, integer=True, words=("auto",), doc="torch threads per process; auto: the cores"),
-    "optimizer.lr": Number(above=0, doc="the learning rate at the reference batch"),
+    "optimizer.lr": Number(above=0, words=(), doc="the learning rate at the reference batch"),
     "optimizer.momentum": Number(low=0, above=None, high=1),
     "optimizer.weight_decay": Number(low=0),
     "scheduler.gamma": Number(above=0, high=1),

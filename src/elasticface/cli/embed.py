@@ -27,6 +27,7 @@ from collections.abc import Sequence
 from elasticface.cli.arguments import add_model_file_arguments, key_value_args
 from elasticface.cli.preflight import contract, start
 from elasticface.cli.version import add_version_argument
+from elasticface.utils.model_files import model_file_kind
 from elasticface.utils.output_paths import refuse_existing_files
 
 
@@ -62,6 +63,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     start(parser.prog, [])
     if args.weights is None:
         parser.error("give the model file: --weights <.ckpt | backbone .pth/.pt | TorchScript | .onnx>")
+    model_file_kind(args.weights, "--weights")  # before torch is imported: a wrong file is named in a second
     stem, suffix = os.path.splitext(args.out)
     refuse_existing_files([args.out if suffix == ".npy" else args.out + ".npy", stem + ".txt"], args.overwrite)
     from elasticface.eval.embed import embed_folder, load_model_file  # here, so that --help answers without torch

@@ -23,6 +23,7 @@ from collections.abc import Sequence
 from elasticface.cli.arguments import add_model_file_arguments, key_value_args
 from elasticface.cli.preflight import contract, start
 from elasticface.cli.version import add_version_argument
+from elasticface.utils.model_files import model_file_kind
 from elasticface.utils.output_paths import refuse_existing_files
 
 #: output format by file suffix; other suffixes need --format
@@ -50,6 +51,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     start(parser.prog, [])
     if args.weights is None:
         parser.error("give the model file: --weights <Lightning .ckpt | backbone state_dict .pth/.pt>")
+    model_file_kind(args.weights, "--weights")  # before torch is imported: a wrong file is named in a second
     suffix = os.path.splitext(args.out)[1].lower() if args.out else ""
     fmt = args.format or FORMAT_BY_SUFFIX.get(suffix) or ("onnx" if not args.out else None)
     if fmt is None:

@@ -20,6 +20,7 @@ from collections.abc import Iterator
 import torch
 
 from elasticface.data.recordio_dataset import RecordIODataset
+from elasticface.utils.errors import BadValue
 from elasticface.utils.requirements import require_module
 
 
@@ -70,7 +71,7 @@ class DaliRecordIOLoader:
         cache_dir: str | None = None,
     ) -> None:
         if not isinstance(dataset, RecordIODataset):
-            raise TypeError(f"data.decoder=dali reads insightface RecordIO (data=recordio); the training set is a "
+            raise BadValue(f"data.decoder=dali reads insightface RecordIO (data=recordio); the training set is a "
                             f"{type(dataset).__name__}: use data.decoder=torchvision")
         dali = require_dali()
         from nvidia.dali import fn, types

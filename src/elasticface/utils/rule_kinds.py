@@ -101,8 +101,8 @@ class Choice:
             raise BadValue(f"{key}={value!r}: expected one of {self.describe()}")
 
     def describe(self) -> str:
-        return ", ".join("null" if v is None else str(v).lower() if isinstance(v, bool) else str(v)
-                         for v in self.values)
+        shown = ("null" if v is None else str(v).lower() if isinstance(v, bool) else str(v) for v in self.values)
+        return ", ".join(dict.fromkeys(shown))
 
 
 @dataclass(frozen=True)
