@@ -110,7 +110,7 @@ def test_identity_sampler_reads_the_labels_of_a_face_dataset():
 def test_dali_decoder_refuses_a_training_set_that_is_not_recordio():
     dm = FaceDataModule(train_dataset=lambda: ListFaces(10), batch_size=2, num_workers=0, decoder="dali")
     dm.setup("fit")
-    with pytest.raises(TypeError, match="data.decoder=dali reads insightface RecordIO.*ListFaces"):
+    with pytest.raises(ValueError, match="data.decoder=dali reads insightface RecordIO.*ListFaces"):
         dm.train_dataloader()
 
 

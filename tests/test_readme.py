@@ -39,6 +39,7 @@ SKIP = {
     "make test": "the test suite itself",
     "make test-all": "the test suite itself",
     "make test-slow": "the test suite itself",
+    "make fuzz": "hours of fuzzing; tests/test_fuzz_readers.py runs the same properties at make test's size",
     "make test-matrix": "the test suite itself (under several thread counts, kernels and orders)",
     "make install": "ran before the tests",
     "make test-cluster": "the cluster tests themselves (tests/test_cluster.py against make slurm-up's cluster)",
