@@ -178,6 +178,21 @@ def test_every_default_value_passes_its_own_rule(workdir):
 # -- model files, told by their first bytes ---------------------------------------------------------------------
 
 
+@pytest.mark.parametrize("argv,message", [
+    (["logger=[csv,tensorbord]"], r"^logger=tensorbord: no such option \(did you mean tensorboard\?\); the options: "),
+    (["logger=null"], r"^logger=null: a config group takes an option; logger=\[\] or ~logger chooses none$"),
+    (["-m", "logger=glob(nothing*)"], r"^logger=glob\(nothing\*\): matches no option; the options: csv, "),
+])
+def test_a_groups_choice_of_none_several_or_a_glob_is_checked_option_by_option(argv, message, workdir):
+    """`logger=[]` (no logger: the compile tests' runs) was refused as "no such option"; a list is checked element
+    by element, a glob against the options, and `null`, which Hydra refuses with a traceback, is one line."""
+    from elasticface.cli.precheck import precheck
+    from elasticface.utils.errors import BadValue
+
+    with pytest.raises(BadValue, match=message):
+        precheck("train", argv, TRAIN)
+
+
 def test_model_files_are_told_by_their_first_bytes(tmp_path):
     state = tmp_path / "backbone.pth"
     torch.save({"w": torch.zeros(2)}, state)
@@ -230,6 +245,7 @@ def test_a_truncated_or_foreign_zip_is_named(tmp_path):
     ["-m", "hparams_search=paper_table1", "experiment=sweep_demo"],
     ["experiment=released/ms1mv2_r100_elastic_arc", "data.root=faces_emore", "launcher=joblib"],
     ["head=elastic_arc_plus", "sigma=0.0175", "+my.own.key=1", "hydra.run.dir=here"],
+    ["logger=[]"], ["logger=[csv,tensorboard]"], ["~logger"], ["-m", "logger=[],[csv]"], ["-m", "logger=glob(*)"],
 ])
 def test_documented_command_lines_pass_the_checks(argv, workdir):
     """What the README and the docs type composes and passes, nested options and sweeps included."""

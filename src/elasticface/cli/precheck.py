@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from hydra.core.override_parser.overrides_parser import OverridesParser
-from hydra.core.override_parser.types import Override, OverrideType
+from hydra.core.override_parser.types import Override, OverrideType, ValueType
 from hydra.errors import HydraException
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
@@ -49,6 +49,9 @@ def _first(override: Override) -> str:
     """The override with a sweep's first value (a sweep composes once, at its first value)."""
     if not override.is_sweep_override():
         return override.input_line
+    if override.value_type == ValueType.GLOB_CHOICE_SWEEP:  # `group=glob(*)`: the first option it matches
+        matched = override.value().filter(group_options(override.key_or_group))
+        return _as_text(override, matched[0]) if matched else override.key_or_group + "=[]"
     return _as_text(override, next(iter(override.sweep_string_iterator())))
 
 
@@ -78,6 +81,19 @@ def _nearest(key: str, known: list[str]) -> str:
     return "; `--cfg job` shows every key (add a new one with +key=value)"
 
 
+def _chosen(override: Override) -> list[str]:
+    """The options an override of a group chooses: one, a list of several (`logger=[csv,tensorboard]`, `[]`:
+    none), each value of a sweep; null chooses none, and a glob sweep is Hydra's to expand."""
+    if override.is_sweep_override():
+        if override.value_type == ValueType.GLOB_CHOICE_SWEEP:
+            return []
+        values = list(override.sweep_iterator())
+    else:
+        values = [override.value()]
+    chosen = [item for value in values for item in (value if isinstance(value, list) else [value])]
+    return [str(item) for item in chosen if item not in (None, "null", "None")]
+
+
 def unknown_options(parsed: list[Override], groups: dict[str, Any]) -> list[str]:
     """`group=option` overrides whose option is not in the group, each with the group's options."""
     problems = []
@@ -85,11 +101,14 @@ def unknown_options(parsed: list[Override], groups: dict[str, Any]) -> list[str]
         group = override.key_or_group
         if group not in groups or override.type == OverrideType.DEL:
             continue
-        values = (list(override.sweep_string_iterator()) if override.is_sweep_override()
-                  else [override.get_value_element_as_str()])
+        if not override.is_sweep_override() and override.value() is None:
+            problems.append(f"{group}=null: a config group takes an option; {group}=[] or ~{group} chooses none")
+            continue
         options = group_options(group)
-        for value in values:
-            if value not in ("null", "None") and options and value not in options:
+        if override.value_type == ValueType.GLOB_CHOICE_SWEEP and not override.value().filter(options):
+            problems.append(f"{override.input_line}: matches no option; the options: {', '.join(options)}")
+        for value in _chosen(override):
+            if options and value not in options:
                 close = difflib.get_close_matches(value, options, n=1)
                 hint = f" (did you mean {close[0]}?)" if close else ""
                 problems.append(f"{group}={value}: no such option{hint}; the options: {', '.join(options)}")
