@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import time
 
+import pytest
+
 from elasticface.utils.progress import QUIET_SECONDS, Progress
 
 
@@ -81,3 +83,50 @@ def test_a_long_validation_says_how_far_it_is(monkeypatch, caplog):
     lines = [r.getMessage() for r in caplog.records]
     assert lines[0] == "verifying at step 216: 10%, 1 of 10 batches, 0 s" and len(lines) == 11
     assert lines[-1].startswith("validation at step 216")
+
+
+@pytest.mark.parametrize("epochs,max_steps_total,batches,every,said", [
+    (5, 465, 93, 10, "5 epochs = 465 steps"),
+    (4, 5, 93, 10, "5 steps (0.054 of an epoch of 93 steps; trainer.max_steps ends it before 4 epochs); fewer than "
+                   "trainer.log_every_n_steps=10: no training metrics logged (trainer.log_every_n_steps=1 logs every "
+                   "step)"),
+    (4, 5, 93, 1, "5 steps (0.054 of an epoch of 93 steps; trainer.max_steps ends it before 4 epochs)"),
+    (2, 3, 3, 1, "3 steps (1 epoch of 3 steps; trainer.max_steps ends it before 2 epochs)"),
+    (8, 150, 60, 10, "150 steps (2.5 epochs of 60 steps; trainer.max_steps ends it before 8 epochs)"),
+    (-1, 200, 60, 10, "200 steps"),
+])
+def test_the_runs_length_says_steps_and_epochs_so_they_agree(epochs, max_steps_total, batches, every, said):
+    """A 5-step fine-tune of a 4-epoch recipe said "4 epochs = 5 steps"; the steps are now said with the share of
+    an epoch they are, and a run shorter than the logging interval says it logs no training metrics."""
+    from types import SimpleNamespace
+
+    from elasticface.callbacks.run_overview import length_text
+
+    trainer = SimpleNamespace(estimated_stepping_batches=max_steps_total, max_epochs=epochs,
+                              num_training_batches=batches, accumulate_grad_batches=1, log_every_n_steps=every)
+    assert length_text(trainer) == said
+
+
+def test_validation_lines_give_accuracies_in_percent_as_the_summary_does():
+    import torch
+    from types import SimpleNamespace
+
+    from elasticface.callbacks.progress import LogProgress
+
+    trainer = SimpleNamespace(callback_metrics={"val/acc_mean": torch.tensor(0.975), "val/lfw/acc": torch.tensor(0.95),
+                                                "val/lfw/threshold": torch.tensor(0.3)})
+    assert LogProgress._format(trainer, "val/") == "acc_mean 97.50%  lfw/acc 95.00%"
+    trainer.callback_metrics = {"train/loss": torch.tensor(3.51234), "train/margin_mean": torch.tensor(0.5)}
+    assert LogProgress._format(trainer, "train/") == "loss 3.512  margin_mean 0.5"
+
+
+def test_the_bar_gives_accuracies_in_percent(monkeypatch):
+    from types import SimpleNamespace
+
+    from pytorch_lightning.callbacks import TQDMProgressBar
+
+    from elasticface.callbacks.progress import LoggingStepBar
+
+    monkeypatch.setattr(TQDMProgressBar, "get_metrics", lambda *a: {"v_num": 0, "val/acc_mean": 0.9512})
+    trainer = SimpleNamespace(training=False, callback_metrics={})
+    assert LoggingStepBar().get_metrics(trainer, None) == {"v_num": 0, "val/acc_mean": "95.12%"}

@@ -79,7 +79,12 @@ class LogProgress(ProgressBar):
         """Scalar metrics under `prefix`; of validation only the accuracies (the rest is in the loggers)."""
         metrics = {k: v for k, v in trainer.callback_metrics.items() if k.startswith(prefix) and v.numel() == 1
                    and (prefix != "val/" or k.endswith("/acc") or "acc_mean" in k)}
-        return "  ".join(f"{k[len(prefix):]} {float(v):.4g}" for k, v in sorted(metrics.items()))
+        return "  ".join(f"{k[len(prefix):]} {_shown(k, float(v))}" for k, v in sorted(metrics.items()))
+
+
+def _shown(key: str, value: float) -> str:
+    """An accuracy in percent, as the summary, the reports and the README give it; other values as numbers."""
+    return f"{100 * value:.2f}%" if key.rsplit("/", 1)[-1].startswith("acc") else f"{value:.4g}"
 
 
 class LoggingStepBar(TQDMProgressBar):
@@ -93,6 +98,9 @@ class LoggingStepBar(TQDMProgressBar):
         if trainer.training and not should_update_logs(trainer):
             return self._shown if self._shown is not None else super().get_metrics(trainer, pl_module)
         metrics = super().get_metrics(trainer, pl_module)
+        for key, value in metrics.items():
+            if isinstance(value, (int, float)) and key.rsplit("/", 1)[-1].startswith("acc"):
+                metrics[key] = _shown(key, float(value))
         loss = trainer.callback_metrics.get("train/loss") if trainer.training else None
         if loss is not None:
             metrics["loss"] = f"{float(loss):.4g}"

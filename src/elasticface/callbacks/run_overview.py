@@ -8,6 +8,7 @@ in the run folder's `.hydra/config.yaml`; `extras.print_config=full` also prints
 from __future__ import annotations
 
 import logging
+import math
 import os
 from typing import Any
 
@@ -60,12 +61,33 @@ def batch_text(per_device: Any, trainer: pl.Trainer) -> str:
 
 
 def length_text(trainer: pl.Trainer) -> str:
-    """`5 epochs = 465 steps`, or the steps alone when no epoch count bounds the run."""
+    """`5 epochs = 465 steps`; where `trainer.max_steps` ends the run first, the steps and the share of an epoch
+    they are (`5 steps (0.05 of an epoch of 93 steps; trainer.max_steps ends it before 4 epochs)`); the steps
+    alone when no epoch count bounds the run. A run shorter than the logging interval says it logs no training
+    metrics (Lightning's own warning, silenced, compares one epoch's batches instead)."""
     steps = trainer.estimated_stepping_batches
-    epochs = trainer.max_epochs
-    parts = [f"{epochs} epoch{'s' if epochs > 1 else ''}"] if epochs and epochs > 0 else []
-    parts += [f"{int(steps)} steps"] if steps != float("inf") else []
-    return " = ".join(parts)
+    epochs = trainer.max_epochs if trainer.max_epochs and trainer.max_epochs > 0 else None
+    if steps == float("inf"):
+        return _epochs(epochs) if epochs else "no limit"
+    steps = int(steps)
+    batches = trainer.num_training_batches
+    per_epoch = math.ceil(batches / trainer.accumulate_grad_batches) if batches not in (0, float("inf")) else None
+    if epochs is None or per_epoch is None:
+        text = f"{steps} steps"
+    elif steps >= per_epoch * epochs:
+        text = f"{_epochs(epochs)} = {steps} steps"
+    else:
+        share = steps / per_epoch
+        share_text = f"{share:.2g} of an epoch" if share < 1 else f"{share:.3g} epoch{'s' if share != 1 else ''}"
+        text = f"{steps} steps ({share_text} of {per_epoch} steps; trainer.max_steps ends it before {_epochs(epochs)})"
+    if steps < trainer.log_every_n_steps:
+        text += (f"; fewer than trainer.log_every_n_steps={trainer.log_every_n_steps}: no training metrics logged "
+                 "(trainer.log_every_n_steps=1 logs every step)")
+    return text
+
+
+def _epochs(count: int) -> str:
+    return f"{count} epoch{'s' if count != 1 else ''}"
 
 
 def compile_text(setting: Any, compiled: bool, device_type: str, channels_last: bool = False, family: str = "",

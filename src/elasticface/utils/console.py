@@ -103,6 +103,7 @@ def quiet_lightning_tips() -> None:
 NO_CUDA_RUNTIME = "No CUDA runtime is found"
 #: Lightning's hint for a job started inside a SLURM allocation without srun (its processes would hang)
 SRUN_HINT = "The `srun` command is available on your system but is not used"
+FEW_BATCHES = r"The number of training batches \(\d+\) is smaller than the logging interval"
 
 
 def quiet_library_noise() -> None:
@@ -116,4 +117,7 @@ def quiet_library_noise() -> None:
     # outside an allocation the hint is wrong; inside one (SLURM_JOB_ID) a job not started by srun may hang, so it stays
     if "SLURM_JOB_ID" not in os.environ:
         warnings.filterwarnings("ignore", message=SRUN_HINT, category=PossibleUserWarning)
+    # Lightning compares the logging interval with one epoch's batches, but logs by the global step: a run of short
+    # epochs is logged all the same; a run shorter than the interval is said in the run's overview instead
+    warnings.filterwarnings("ignore", message=FEW_BATCHES, category=PossibleUserWarning)
     _drop("torch.utils.cpp_extension", NO_CUDA_RUNTIME)
