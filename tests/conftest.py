@@ -65,6 +65,13 @@ def pytest_report_header(config) -> str:
     return f"torch threads per test process: {TEST_THREADS.threads} ({TEST_THREADS.reason})"
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _mlflow_store_of_the_session(tmp_path_factory):
+    """logger=mlflow (and many) write to the project's logs/mlflow unless MLFLOW_TRACKING_URI says otherwise: the
+    tests' runs write to a store of their own (configs/logger/mlflow.yaml)."""
+    os.environ.setdefault("MLFLOW_TRACKING_URI", str(tmp_path_factory.mktemp("mlflow")))
+
+
 @pytest.fixture(autouse=True)
 def _same_start_for_every_test():
     """Every test starts from the same process state whatever ran before it (`make test-matrix` runs the tests

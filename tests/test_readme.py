@@ -52,6 +52,8 @@ SKIP = {
     "make docs": "installs the docs extra and builds the site; CI runs it after the tests (.ci/run)",
     "curl": "a download (no network in the tests); tests/test_untrusted_files.py opens such files locally",
     "nvidia-smi": "needs an NVIDIA driver",
+    "mlflow": "MLflow's UI, a server that runs until stopped; tests/test_mlflow.py starts `mlflow server` on a store "
+    "and reads the runs back through MLflow's client",
     "git": "fetches public data over the network (docs/lfw.md: LFW's photos); no network in the tests",
     "cp": "copies the local config example; tests/test_local_config.py composes train and eval with that copy",
     "bash benchmarks/gpu_suite/run.sh": "tests/test_gpu_suite.py runs the page's `--device cpu` command and checks its "

@@ -36,6 +36,7 @@ from elasticface.checkpointing.preemption import Preemption
 from elasticface.data.datamodule import FaceDataModule, loader_workers
 from elasticface.finetune.config import StartWeights, resolve as resolve_finetune
 from elasticface.finetune.phases import FineTuning
+from elasticface.loggers.mlflow_logger import MLflowLogger
 from elasticface.loggers.run_names import group_choice
 from elasticface.module import FaceRecognitionModule
 from elasticface.run_summary import format_summary, make_summary
@@ -272,7 +273,11 @@ def summarize(cfg: DictConfig, job: Job, train_seconds: float) -> dict[str, Any]
     if job.trainer.is_global_zero:
         from elasticface.utils.output_paths import atomic_write  # whole or not at all: a kill leaves none or all
 
-        atomic_write(Path(cfg.paths.output_dir) / "summary.json", json.dumps(summary, indent=2, default=str))
+        summary_file = Path(cfg.paths.output_dir) / "summary.json"
+        atomic_write(summary_file, json.dumps(summary, indent=2, default=str))
+        for logger in job.trainer.loggers:  # MLflow keeps summary.json as an artifact, the checkpoints' paths as tags
+            if isinstance(logger, MLflowLogger):
+                logger.log_run_summary(summary_file, summary)
         log.info(format_summary(summary))
     return summary
 

@@ -1,23 +1,27 @@
-"""What the Hydra commands' `--help` shows (their templates call these as resolvers, registered by cli/resolvers.py).
+"""What the Hydra commands' `--help` shows (cli/help_answer.py prints it).
 
-`python train.py --help`: the config groups a user chooses from, each head with what it changes, and the config
-with the values m, s and sigma take; `python train.py --help <group>`: one group's options, each described.
-Groups that only other configs select (the bases they compose, one row of a benchmark table) are left out: HIDDEN
-names each with its reason. Read without torch, like the rest of the help.
+`python train.py --help`: the three common runs, the config groups a user chooses from (each head with what it
+changes) and the keys checked before the run, each with the value this command line gives it, what it accepts and
+what it does (cli/config_rules.py: one source); `python train.py --help <group>`: one group's options, each with its
+whole description. The templates in configs/train.yaml and eval.yaml call these as resolvers (registered by
+cli/resolvers.py); `help_answer.answer_help` renders them (Hydra's own `--help` lists every group of the tree first, whether
+the template shows it or not: 5 of its 6 s). Groups that only other configs select (the bases they compose, one
+row of a benchmark table) are left out: HIDDEN names each with its reason. Read without torch, like the rest of
+the help.
 """
 
 from __future__ import annotations
 
-import re
 import sys
 import textwrap
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from hydra.core.config_store import ConfigStore
 from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
 
-from elasticface.heads.registry import TOP_LEVEL
 from elasticface.heads.table import head_lines
 from elasticface.utils.config import config_dir
 
@@ -56,8 +60,13 @@ HIDDEN = {
     "finetune_row": "one row of the fine-tuning table, chosen by hparams_search=cfp_finetune",
 }
 WIDTH = 110
+#: the widest `key=value` of the keys' column; a longer one has its description on the lines below it
+KEY_COLUMN = 34
+#: the widest option name column of `--help <group>`; a group with longer names has each description below its name
+NAME_COLUMN = 24
 #: Hydra's flags that take the next argument as their value (not a group name)
-HYDRA_VALUE_FLAGS = ("--config-path", "-cp", "--config-name", "-cn", "--config-dir", "-cd", "--experimental-rerun")
+HYDRA_VALUE_FLAGS = ("--config-path", "-cp", "--config-name", "-cn", "--config-dir", "-cd", "--experimental-rerun",
+                     "--cfg", "-c", "--package", "-p", "--info", "-i")
 
 
 def group_options(group: str) -> list[str]:
@@ -110,25 +119,54 @@ def groups_text(*, _root_: DictConfig) -> str:
     return _escape("\n".join(group_text(group, choices.get(group)) for group in GROUPS))
 
 
-def config_text(*, _root_: DictConfig) -> str:
-    """`${train_help_config:}` in the help template: the job's config, m, s and sigma as the values they take."""
-    job = OmegaConf.masked_copy(_root_, [k for k in _root_ if k != "hydra"])
-    for key in TOP_LEVEL:
-        job[key] = OmegaConf.select(_root_, key)
-    return _escape(OmegaConf.to_yaml(job).rstrip())
+def _shown(value: Any) -> str:
+    """A value as a command line types it: null, true, [0.6,0.85]."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, (list, tuple)):
+        return "[" + ",".join(map(_shown, value)) + "]"
+    return str(value)
 
 
-def keys_text(command: str) -> str:
-    """`${keys_help:train}` in the help template: each key the command checks, what it accepts and what it does
-    (cli/config_rules.py: the rules are the one source)."""
+def key_value(cfg: DictConfig | None, key: str) -> str:
+    """`key=value` as `cfg` composes it (an interpolation resolved, one that cannot be yet as written: `???`,
+    `${data.root}`), or `key` alone where `cfg` does not hold it (a group that holds it is not chosen)."""
+    parent, _, leaf = key.rpartition(".")
+    node = OmegaConf.select(cfg, parent, throw_on_missing=False) if parent and cfg is not None else cfg
+    if not isinstance(node, DictConfig) or leaf not in node.keys():
+        return key
+    try:
+        value = node[leaf]
+        if OmegaConf.is_config(value):
+            value = OmegaConf.to_container(value, resolve=True)
+    except OmegaConfBaseException:  # `???`, or an interpolation of what is not there yet
+        value = OmegaConf.to_container(node, resolve=False)[leaf]
+    return f"{key}={_shown(value)}"
+
+
+def rule_text(rule: Any) -> str:
+    """What a key accepts, then what it does (its rule's `describe()` and `doc`)."""
+    return rule.describe() + (f"; {rule.doc}" if rule.doc else "")
+
+
+def keys_text(command: str, *, _root_: DictConfig | None = None) -> str:
+    """`${keys_help:train}` in the help template: each key the command checks, as `key=value` with the value this
+    command line gives it, what it accepts and what it does (cli/config_rules.py: the rules are the one source)."""
     from elasticface.cli.config_rules import EVAL, TRAIN
 
     rules = TRAIN if command == "train" else EVAL
-    width = max(map(len, rules)) + 2
+    shown = {key: key_value(_root_, key) for key in rules}
+    width = min(max(map(len, shown.values())), KEY_COLUMN) + 2
     lines = []
     for key, rule in rules.items():
-        text = rule.describe() + (f"; {rule.doc}" if rule.doc else "")
-        lines += textwrap.wrap(text, WIDTH, initial_indent=f"{key:<{width}}", subsequent_indent=" " * width)
+        left = shown[key]
+        first = f"{left:<{width}}" if len(left) < width - 1 else ""
+        if not first:
+            lines.append(left)
+        lines += textwrap.wrap(rule_text(rule), WIDTH, initial_indent=first or " " * width,
+                               subsequent_indent=" " * width, break_on_hyphens=False)
     return _escape("\n".join(lines))
 
 
@@ -137,33 +175,63 @@ def _escape(text: str) -> str:
     return text.replace("$", "$$")
 
 
-def option_description(path: Path, width: int = WIDTH) -> str:
-    """The first sentence of an option's leading comment (after `# @package`), cut to `width` characters."""
-    comment = []
+def option_description(path: Path) -> list[str]:
+    """An option's whole leading comment (after `# @package`, up to its first blank comment line) as paragraphs: the
+    prose lines joined, each command or example line (`#   python train.py ...`) kept as it is, `  ` before it."""
+    paragraphs: list[str] = []
+    prose = False
     for line in path.read_text().splitlines():
-        if not line.startswith("#") or (comment and not line.strip("# ")):
+        if not line.startswith("#") or (paragraphs and not line.strip("# ")):
             break
-        if not line.startswith("# @package"):
-            comment.append(line.strip("# "))
-    # a sentence ends at a full stop before a capital, not after an abbreviation ("Sec. II")
-    sentence = re.split(r"(?<![\s(][A-Za-z]{3})\.\s+(?=[A-Z`])", " ".join(comment), maxsplit=1)[0].rstrip(".")
-    return sentence if len(sentence) <= width else textwrap.shorten(sentence, width, placeholder=" ...")
+        if line.startswith("# @package") or not line.strip("# "):
+            continue
+        text = line[1:].removeprefix(" ")
+        if text.startswith((" ", "python ", "elasticface-")):
+            paragraphs.append("  " + text.strip())
+            prose = False
+        elif prose:
+            paragraphs[-1] += " " + text.strip()
+        else:
+            paragraphs.append(text.strip())
+            prose = True
+    return paragraphs
+
+
+def _wrapped(paragraphs: list[str], first: str, indent: int) -> list[str]:
+    """Paragraphs wrapped to WIDTH after a first column `first` of `indent` characters; a command line stays whole."""
+    lines: list[str] = []
+    for paragraph in paragraphs or [""]:
+        lead = first if not lines else " " * indent
+        if paragraph.startswith("  "):
+            lines.append((lead + paragraph).rstrip())
+        else:
+            lines += textwrap.wrap(paragraph, WIDTH, initial_indent=lead, subsequent_indent=" " * indent,
+                                   break_on_hyphens=False) or [lead.rstrip()]
+    return lines
 
 
 def one_group_help(group: str) -> str:
-    """`python train.py --help <group>`: the group's options, each with its file's first comment line."""
+    """`python train.py --help <group>`: the group's options, each with its file's whole leading comment."""
     if group == "head":
         return group_text(group)
     names = options(group)
-    width = max(map(len, names), default=0) + 2
-    described = [f"  {name:<{width}}{option_description(config_dir() / group / (name + '.yaml'), WIDTH - width)}"
-                 .rstrip() for name in names]
-    return "\n".join([f"{group}: {GROUPS[group]}", *described])
+    if not names:  # local: none yet, and how to make one
+        return f"{group}: {GROUPS[group]}\n  {config_group_options(group).split(': ', 1)[1]}"
+    width = max(map(len, names)) + 4
+    if width > NAME_COLUMN:  # long names (experiment=released/...): each on its own line, its description below
+        described = [[f"  {name}", *_wrapped(option_description(config_dir() / group / (name + ".yaml")), " " * 6, 6)]
+                     for name in names]
+    else:
+        described = [_wrapped(option_description(config_dir() / group / (name + ".yaml")), f"  {name:<{width - 2}}",
+                              width) for name in names]
+    spaced = any(len(lines) > 1 for lines in described)  # options of several lines each: a blank line between
+    return "\n".join([f"{group}: {GROUPS[group]}", *("\n".join(lines) + ("\n" if spaced else "")
+                                                     for lines in described)]).rstrip()
 
 
 def answer_group_help(prog: str, argv: Sequence[str] | None = None) -> None:
     """`--help <group>`: print that group's help and exit 0; a group users do not choose: one line, exit status 2.
-    Any other command line returns (Hydra answers `--help` with the whole help)."""
+    Any other command line returns (`help_answer.answer_help` answers `--help` with the whole help)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     if "--help" not in argv and "-h" not in argv:
         return

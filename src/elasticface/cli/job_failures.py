@@ -22,7 +22,6 @@ from omegaconf import DictConfig
 
 from elasticface.cli.config_rules import check_config
 from elasticface.cli.preflight import error_line, exit_with
-from elasticface.report.sweep import FAILED
 from elasticface.utils.errors import user_error_in
 from elasticface.utils.rule_kinds import Rule
 
@@ -48,6 +47,8 @@ def checked_job(prog: str, cfg: DictConfig, rules: dict[str, Rule], work: Callab
             raise
         line = error_line(prog, err)
         if HydraConfig.initialized():
+            from elasticface.report.sweep import FAILED  # here: the report package imports numpy, --help needs none
+
             folder = Path(HydraConfig.get().runtime.output_dir)
             folder.mkdir(parents=True, exist_ok=True)
             (folder / FAILED).write_text(json.dumps({"error": line, "exit_status": 2}, indent=2) + "\n")
@@ -59,6 +60,8 @@ def checked_job(prog: str, cfg: DictConfig, rules: dict[str, Rule], work: Callab
 
 def failed_jobs(sweep_dir: str | Path) -> list[tuple[Path, str]]:
     """(job folder, error line) of every job under `sweep_dir` that a user's mistake stopped."""
+    from elasticface.report.sweep import FAILED
+
     found = []
     for marker in sorted(Path(sweep_dir).rglob(FAILED)):
         try:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 
-from elasticface.eval.megaface_testpack import DISTRACTOR_DIR, DISTRACTOR_LIST, PROBE_DIR, PROBE_LIST, PROBE_TEMPLATES
 from elasticface.utils.errors import BadFile, MissingPath
 from elasticface.utils.model_files import MODEL_FORMATS, model_file_kind
 
@@ -97,6 +96,9 @@ def text_lines(key: str, path: str) -> None:
 
 def testpack(key: str, path: str) -> None:
     """insightface's megaface_testpack_v1.0."""
+    # imported here: that module imports numpy, which `--help` and the other keys' checks do without
+    from elasticface.eval.megaface_testpack import DISTRACTOR_DIR, DISTRACTOR_LIST, PROBE_DIR, PROBE_LIST
+
     names = _folder(key, path, "insightface's megaface_testpack_v1.0")
     need = (PROBE_DIR, DISTRACTOR_DIR, PROBE_LIST, DISTRACTOR_LIST)
     missing = [n for n in need if n not in names]
@@ -108,6 +110,8 @@ def testpack(key: str, path: str) -> None:
 
 
 def templatelists(key: str, path: str) -> None:
+    from elasticface.eval.megaface_testpack import PROBE_TEMPLATES
+
     names = _folder(key, path, "the MegaFace devkit's templatelists/ folder")
     if PROBE_TEMPLATES not in names:
         raise MissingPath(f"{key}={path}: no {PROBE_TEMPLATES} here; expected the devkit's templatelists/ folder")

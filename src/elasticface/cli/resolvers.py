@@ -13,10 +13,10 @@ import os
 from omegaconf import OmegaConf
 
 from elasticface.cli.head_group import register_head_group
-from elasticface.cli.help import config_group_options, config_text, groups_text, keys_text
+from elasticface.cli.help import config_group_options, groups_text, keys_text
 from elasticface.cli.slurm_plugin import register_slurm_launcher
 
-from elasticface.loggers.run_names import current_sweep_group, group_choice, run_name, run_tags
+from elasticface.loggers.run_names import current_sweep_group, group_choice, run_name, run_tag_values, run_tags
 from elasticface.utils.run_stamp import run_stamp
 from elasticface.utils.wandb_mode import wandb_mode
 
@@ -63,7 +63,6 @@ def register_config_code() -> None:
         "cwd": os.getcwd,
         "config_group_options": config_group_options,
         "train_help_groups": groups_text,
-        "train_help_config": config_text,
         "keys_help": keys_text,
         "head_default": head_default,
         "head_scale": head_scale_default,
@@ -73,6 +72,7 @@ def register_config_code() -> None:
         "sweep_group": lambda: current_sweep_group(),
         "run_job_type": lambda *, _root_: group_choice(_root_, "head"),
         "run_tags": lambda *, _root_: run_tags(_root_),
+        "run_tag_values": lambda *, _root_: run_tag_values(_root_),
         # `${if_weights:A,B}`: A when weights= names a file to fine-tune from, B when training from scratch
         "if_weights": lambda with_weights, without, *, _root_: with_weights if _root_.get("weights") else without,
     }

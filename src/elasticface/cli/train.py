@@ -13,6 +13,7 @@ from omegaconf import DictConfig
 
 from elasticface.cli.config_rules import TRAIN
 from elasticface.cli.help import answer_group_help
+from elasticface.cli.help_answer import answer_help
 from elasticface.cli.job_failures import checked_job
 from elasticface.cli.precheck import precheck
 from elasticface.cli.preflight import one_line_errors, start
@@ -36,12 +37,13 @@ def job(cfg: DictConfig) -> float | None:
 
 def main() -> None:
     """`--version`, the environment checks and `--help <group>` first (Hydra owns `--version` otherwise, and reads
-    a group name as a broken override), then the command line's keys and values, then the job; `weights=<file>`
-    selects the fine-tuning recipe."""
+    a group name as a broken override), `--help` (answered here, in a fifth of Hydra's time), then the command
+    line's keys and values, then the job; `weights=<file>` selects the fine-tuning recipe."""
     start(PROG)
     answer_group_help(PROG)
     sys.argv[1:] = with_recipe(sys.argv[1:])
     with one_line_errors(PROG):
+        answer_help("train")
         precheck("train", sys.argv[1:], TRAIN)
     job()
 

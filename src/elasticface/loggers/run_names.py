@@ -1,8 +1,9 @@
 """What a run is called on the dashboards: its name, its sweep group, its job type and tags.
 
 Registered as config resolvers by the commands (cli/resolvers.py: `${run_name:}`, `${sweep_group:}`,
-`${run_job_type:}`, `${run_tags:}`) and used by configs/logger/*.yaml, so a W&B project or a TensorBoard
-directory reads "which head, which σ, which backbone, which sweep" without opening a config.
+`${run_job_type:}`, `${run_tags:}`, `${run_tag_values:}`) and used by configs/logger/*.yaml, so a W&B project, an
+MLflow experiment or a TensorBoard directory reads "which head, which σ, which backbone, which sweep" without opening
+a config.
 """
 
 from __future__ import annotations
@@ -81,3 +82,11 @@ def run_tags(cfg: DictConfig) -> list[str]:
     tags = [str(t) for t in (cfg.get("tags") or [])]
     tags += [group_choice(cfg, "head"), group_choice(cfg, "backbone"), f"data:{group_choice(cfg, 'data')}"]
     return list(dict.fromkeys(tags))
+
+
+def run_tag_values(cfg: DictConfig) -> dict[str, str]:
+    """The same as key-value tags (MLflow's kind): `head`, `backbone`, `data`, and the config's `tags` joined by
+    commas under `tags` (one key, so a config tag never overwrites the head's)."""
+    values = {group: group_choice(cfg, group) for group in ("head", "backbone", "data")}
+    tags = [str(t) for t in (cfg.get("tags") or [])]
+    return values | ({"tags": ",".join(tags)} if tags else {})

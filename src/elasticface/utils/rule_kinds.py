@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -107,14 +108,39 @@ class Choice:
 
 @dataclass(frozen=True)
 class Name:
-    """A non-empty name whose meaning a library checks when it builds (a timm model name)."""
+    """A non-empty name whose meaning a library checks when it builds (a timm model name); null too where
+    `nullable`."""
 
     what: str
+    nullable: bool = False
+    doc: str = ""
+
+    def check(self, key: str, value: Any) -> None:
+        if value is None and self.nullable:
+            return
+        if not isinstance(value, str) or not value.strip():
+            raise BadValue(f"{key}={value!r}: expected {self.what}")
+
+    def describe(self) -> str:
+        return self.what + (", or null" if self.nullable else "")
+
+
+@dataclass(frozen=True)
+class Address:
+    """Where a service is: a URI whose scheme is one of `schemes`, or anything without a scheme (a folder, a bare
+    word such as `databricks`). A one-letter scheme is a Windows drive (`C:\\runs`), so a folder too."""
+
+    what: str
+    schemes: tuple[str, ...]
     doc: str = ""
 
     def check(self, key: str, value: Any) -> None:
         if not isinstance(value, str) or not value.strip():
             raise BadValue(f"{key}={value!r}: expected {self.what}")
+        scheme = re.match(r"([A-Za-z][A-Za-z0-9+.-]+):", value)
+        if scheme and scheme.group(1).lower() not in self.schemes:
+            raise BadValue(f"{key}={value}: {scheme.group(1)}: is not one of the schemes {', '.join(self.schemes)}; "
+                           f"expected {self.what}")
 
     def describe(self) -> str:
         return self.what
@@ -176,4 +202,4 @@ class ByChoice:
         return "; ".join(f"with {self.group}={name}: {rule.describe()}" for name, rule in self.rules.items())
 
 
-Rule = Number | Numbers | Choice | PathOf | Name | ByChoice
+Rule = Number | Numbers | Choice | PathOf | Name | Address | ByChoice
