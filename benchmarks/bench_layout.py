@@ -8,7 +8,7 @@ timed steps (CPU time of the process on a CPU: run it with --threads 1 on a shar
 The verdict per family is the ratio against eager NCHW in the same run, and the steps a compiled run needs to win its
 compilation back.
 
-    python benchmarks/bench_layout.py                                   # tiny, mobilefacenet_y1, iresnet18 on the CPU
+    python benchmarks/bench_layout.py                                   # iresnet_tiny (backbone=tiny), mobilefacenet_y1, iresnet18 on the CPU
     python benchmarks/bench_layout.py --backbones mobilefacenet_y1 --batch 64 --threads 1
 """
 
@@ -78,7 +78,7 @@ def measure(backbone: str, layout: str, batch: int, steps: int, warmup: int, dev
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--backbones", default="tiny,mobilefacenet_y1,iresnet18")
+    parser.add_argument("--backbones", default="iresnet_tiny,mobilefacenet_y1,iresnet18")
     parser.add_argument("--batch", type=int, default=64)
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--warmup", type=int, default=3)

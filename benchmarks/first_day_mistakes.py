@@ -44,6 +44,8 @@ TRAIN_MISTAKES = [
      r"did you mean data\.batch_size"),
     (["head=elastic_ar"], r"^head=elastic_ar: no such option \(did you mean elastic_arc\?\); the options: .*arcface"),
     (["backbone=iresnet5O"], r"^backbone=iresnet5O: no such option \(did you mean iresnet50\?\)"),
+    (["logger=null"], r"^logger=null: a config group takes an option; logger=\[\] or ~logger chooses none"),
+    (["logger=[csv,tensorbord]"], r"^logger=tensorbord: no such option \(did you mean tensorboard\?\)"),
     (["trainer.max_epochs=0"], r"^trainer\.max_epochs=0: out of range; expected an integer >= 1"),
     (["data.batch_size=-1"], r"^data\.batch_size=-1: out of range"),
     (["data.batch_size=abc"], r"^data\.batch_size='abc': expected an integer >= 1"),
