@@ -8,7 +8,7 @@ timed steps (CPU time of the process on a CPU: run it with --threads 1 on a shar
 The verdict per family is the ratio against eager NCHW in the same run, and the steps a compiled run needs to win its
 compilation back.
 
-    python benchmarks/bench_layout.py                                   # iresnet_tiny (backbone=tiny), mobilefacenet_y1, iresnet18 on the CPU
+    python benchmarks/bench_layout.py       # iresnet_tiny (backbone=tiny), mobilefacenet_y1, iresnet18 on the CPU
     python benchmarks/bench_layout.py --backbones mobilefacenet_y1 --batch 64 --threads 1
 """
 

@@ -4,10 +4,9 @@
 changes) and the keys checked before the run, each with the value this command line gives it, what it accepts and
 what it does (cli/config_rules.py: one source); `python train.py --help <group>`: one group's options, each with its
 whole description. The templates in configs/train.yaml and eval.yaml call these as resolvers (registered by
-cli/resolvers.py); `help_answer.answer_help` renders them (Hydra's own `--help` lists every group of the tree first, whether
-the template shows it or not: 5 of its 6 s). Groups that only other configs select (the bases they compose, one
-row of a benchmark table) are left out: HIDDEN names each with its reason. Read without torch, like the rest of
-the help.
+cli/resolvers.py); `help_answer.answer_help` renders them. Groups that only other configs select (the bases they
+compose, one row of a benchmark table) are left out: HIDDEN names each with its reason. Read without torch, like
+the rest of the help.
 """
 
 from __future__ import annotations

@@ -235,8 +235,8 @@ def _write_distractor_files(out: str, pack: Testpack, algo: str) -> Callable[[np
 
     def write(idx: np.ndarray, emb: np.ndarray) -> None:
         names = [pack.distractors[i] for i in idx]
-        files.write_features([files.distractor_file(os.path.join(out, "feature_out"), n, algo) for n in names], emb)
-        files.write_features([files.distractor_file(os.path.join(out, "feature_out_clean"), n, algo) for n in names],
+        files.write_features([files.distractor_file(os.path.join(out, files.RAW_FOLDER), n, algo) for n in names], emb)
+        files.write_features([files.distractor_file(os.path.join(out, files.CLEAN_FOLDER), n, algo) for n in names],
                              extend(emb, extension[idx]))
 
     return write
@@ -261,8 +261,8 @@ def _probes(pack: Testpack, templatelists: str | None, ok: np.ndarray,
 def _write_probe_files(out: str, pack: Testpack, rows: np.ndarray, raw: np.ndarray, refined: np.ndarray,
                        algo: str) -> None:
     names = [pack.probes[r] for r in rows]
-    files.write_features([files.probe_file(os.path.join(out, "feature_out"), n, algo) for n in names], raw)
-    files.write_features([files.probe_file(os.path.join(out, "feature_out_clean"), n, algo) for n in names],
+    files.write_features([files.probe_file(os.path.join(out, files.RAW_FOLDER), n, algo) for n in names], raw)
+    files.write_features([files.probe_file(os.path.join(out, files.CLEAN_FOLDER), n, algo) for n in names],
                          extend(refined, 0.0))
 
 

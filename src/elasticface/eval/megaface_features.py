@@ -67,6 +67,17 @@ class FeaturePath(str):
         return FeaturePath, (str(self), self.root, self.entry)
 
 
+#: the folders `megaface.devkit_out=DIR` writes: DIR/feature_out (raw, as gen_megaface.py) and DIR/feature_out_clean
+RAW_FOLDER, CLEAN_FOLDER = "feature_out", "feature_out_clean"
+
+
+def features_folder(folder: str) -> str:
+    """The raw feature files' folder: `megaface.features=` takes the folder `megaface.devkit_out=` was given (its
+    feature_out/ is read) or gen_megaface.py's feature_out/ itself."""
+    inner = os.path.join(folder, RAW_FOLDER)
+    return inner if os.path.isdir(inner) else folder
+
+
 def probe_file(folder: str, probe: str, algo: str) -> FeaturePath:
     """`<folder>/facescrub/<identity>/<file>_<algo>.bin` of a probe list entry; `BadFile` naming the entry if its
     components climb out of `folder`."""

@@ -16,11 +16,14 @@ from typing import Any
 from omegaconf import DictConfig
 
 from elasticface.eval.megaface import DEFAULT_FARS, DEFAULT_SIZES, VIEWS, evaluate_megaface, table
+from elasticface.eval.megaface_features import CLEAN_FOLDER, RAW_FOLDER, features_folder
 from elasticface.metrics.roc import far_key
 
 log = logging.getLogger(__name__)
 
 NAMES = {"raw": "MegaFace", "refined": "MegaFace (R)"}
+#: the figure of rank-1 by distractors, the CMC and the ROC of both views, in the output folder
+FIGURE = "megaface.png"
 
 
 def evaluate_megaface_config(model: Any, cfg: DictConfig, image_size: int, kw: dict[str, Any], output_dir: str,
@@ -32,7 +35,8 @@ def evaluate_megaface_config(model: Any, cfg: DictConfig, image_size: int, kw: d
         model, str(cfg.root), sizes=[int(s) for s in (cfg.get("sizes") or DEFAULT_SIZES)], fars=fars,
         seed=int(cfg.get("seed", 0)), templatelists=cfg.get("templatelists"), set_index=int(cfg.get("set", 1)),
         max_rank=int(cfg.get("max_rank", 10)), chunk=cfg.get("chunk"), dtype=str(cfg.get("dtype", "float16")),
-        features=cfg.get("features"), algo=str(cfg.get("algo", "elasticface")), devkit_out=cfg.get("devkit_out"),
+        features=features_folder(str(cfg.features)) if cfg.get("features") else None,
+        algo=str(cfg.get("algo", "elasticface")), devkit_out=cfg.get("devkit_out"),
         image_size=image_size, **kw)
     seconds = round(time.perf_counter() - start, 2)
     for line in result["problems"]:
@@ -47,8 +51,9 @@ def evaluate_megaface_config(model: Any, cfg: DictConfig, image_size: int, kw: d
     if plots:
         _plot(result, output_dir)
     if cfg.get("devkit_out"):
-        print(f"devkit feature files: {os.path.join(str(cfg.devkit_out), 'feature_out')} (raw), "
-              f"{os.path.join(str(cfg.devkit_out), 'feature_out_clean')} (MegaFace (R))")
+        print(f"devkit feature files: {os.path.join(str(cfg.devkit_out), RAW_FOLDER)} (raw), "
+              f"{os.path.join(str(cfg.devkit_out), CLEAN_FOLDER)} (MegaFace (R)); megaface.features="
+              f"{cfg.devkit_out} scores them again without a model")
     block = {view: {k: v for k, v in result[view].items() if k != "roc"} for view in VIEWS}
     return {**block, "summary": result["summary"], "problems": result["problems"], "seconds": seconds}
 
@@ -64,5 +69,5 @@ def _plot(result: dict[str, Any], output_dir: str) -> None:
         at = str(v.get("verification_distractors") or max(int(c) for c in v["rank1"]))
         views[NAMES[view]] = {"rank1": v["rank1"], "cmc": v["cmc"].get(at), "roc": v.get("roc")}
     fig = identification_figure(views, title="MegaFace")
-    fig.savefig(os.path.join(output_dir, "megaface.png"))
+    fig.savefig(os.path.join(output_dir, FIGURE))
     plt.close(fig)

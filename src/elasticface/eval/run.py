@@ -169,31 +169,36 @@ def evaluate(cfg: DictConfig, output_dir: str | None = None) -> list[dict[str, A
         rows.append({"benchmark": name, "pairs": int(pairs.num_pairs), **result, "seconds": seconds})
         curves[name] = roc
     blocks: dict[str, Any] = {}
+    written: list[str] = []  # the files this run writes, named on its last line
     if ijb_cfg.get("root"):
-        _evaluate_ijb(model, ijb_cfg, image_size, kw, output_dir, rows, curves, blocks)
+        written += _evaluate_ijb(model, ijb_cfg, image_size, kw, output_dir, rows, curves, blocks)
     if mf_cfg.get("root"):
-        from elasticface.eval.megaface_report import evaluate_megaface_config
+        from elasticface.eval.megaface_report import FIGURE, evaluate_megaface_config
 
         blocks["megaface"] = evaluate_megaface_config(model, mf_cfg, image_size, kw, output_dir, rows,
                                                       bool(cfg.get("plots", True)))
+        written += [os.path.join(output_dir, FIGURE)] if cfg.get("plots", True) else []
 
     meta = {"weights": model_file, "flip": bool(cfg.flip), "config": OmegaConf.to_container(cfg, resolve=False)}
-    json_path, csv_path = write_results(rows, output_dir, meta, blocks)
+    written += write_results(rows, output_dir, meta, blocks)
     print(format_table(rows))
-    print(f"results: {json_path} {csv_path}")
     from elasticface.eval.thresholds import store_thresholds
 
     stored = store_thresholds(output_dir, model_file, [r for r in rows if r["benchmark"] in sets], bool(cfg.flip))
     if stored:
         print(f"thresholds for elasticface-compare: {stored}")
+        written.append(stored)
     if cfg.get("plots", True):
-        _save_plots(curves, output_dir)
+        written += _save_plots(curves, output_dir)
+    print("results: " + " ".join(map(str, written)))  # every file this run wrote
     return rows
 
 
 def _evaluate_ijb(model: Any, ijb_cfg: DictConfig, image_size: int, kw: dict[str, Any], output_dir: str,
-                  rows: list[dict[str, Any]], curves: dict[str, dict[str, np.ndarray]], blocks: dict[str, Any]) -> None:
-    """IJB-B/C by ijb.protocol: 1v1 (TAR at FAR), 1n (rank-N and TPIR at FPIR) or both, one table row each."""
+                  rows: list[dict[str, Any]], curves: dict[str, dict[str, np.ndarray]],
+                  blocks: dict[str, Any]) -> list[str]:
+    """IJB-B/C by ijb.protocol: 1v1 (TAR at FAR), 1n (rank-N and TPIR at FPIR) or both, one table row each.
+    Returns the files written (the scores and labels with ijb.save_scores)."""
     from elasticface.eval.ijb import evaluate_ijb
 
     protocol = str(ijb_cfg.get("protocol", "1v1"))
@@ -208,13 +213,15 @@ def _evaluate_ijb(model: Any, ijb_cfg: DictConfig, image_size: int, kw: dict[str
                        identification=protocol != "1v1", verification=protocol != "1n",
                        fpirs=[float(f) for f in ijb_cfg.get("fpirs", (0.01, 0.1))], **kw)
     seconds = round(time.perf_counter() - start, 2)
+    written: list[str] = []
     if protocol != "1n":
         rows.append({"benchmark": target, "pairs": res["num_pairs"], **res["tar"], "seconds": seconds})
         fpr, tpr, _ = res["roc"]
         curves[target] = {"fpr": fpr, "tpr": tpr}
         if ijb_cfg.get("save_scores"):
-            np.save(os.path.join(output_dir, f"{ijb_cfg.target}_scores.npy"), res["scores"])
-            np.save(os.path.join(output_dir, f"{ijb_cfg.target}_labels.npy"), res["labels"])
+            written = [os.path.join(output_dir, f"{ijb_cfg.target}_{part}.npy") for part in ("scores", "labels")]
+            np.save(written[0], res["scores"])
+            np.save(written[1], res["labels"])
     if protocol != "1v1":
         one_n = res["identification"]
         rows.append({"benchmark": f"{target} 1:N", "pairs": one_n["probes"],
@@ -222,18 +229,26 @@ def _evaluate_ijb(model: Any, ijb_cfg: DictConfig, image_size: int, kw: dict[str
         blocks["ijb_1n"] = {"target": target, **one_n}
         for line in one_n.get("problems", []):
             log.warning("%s 1:N: %s", target, line)
+    return written
 
 
-def _save_plots(curves: dict[str, dict[str, np.ndarray]], output_dir: str) -> None:
+def _save_plots(curves: dict[str, dict[str, np.ndarray]], output_dir: str) -> list[str]:
+    """roc.png over the pair sets and IJB 1:1, a score histogram per pair set; none without a curve (a MegaFace or
+    1:N run alone has its own figure). Returns the files written."""
+    if not curves:
+        return []
     import matplotlib.pyplot as plt
 
     from elasticface.eval.plots import roc_figure, score_histogram
 
+    written = [os.path.join(output_dir, "roc.png")]
     fig = roc_figure({n: (c["fpr"], c["tpr"]) for n, c in curves.items()}, title="ROC")
-    fig.savefig(os.path.join(output_dir, "roc.png"))
+    fig.savefig(written[0])
     plt.close(fig)
     for name, c in curves.items():
         if "genuine" in c:
+            written.append(os.path.join(output_dir, f"scores_{name}.png"))
             fig = score_histogram(c["genuine"], c["impostor"], title=f"{name} pair scores")
-            fig.savefig(os.path.join(output_dir, f"scores_{name}.png"))
+            fig.savefig(written[-1])
             plt.close(fig)
+    return written
