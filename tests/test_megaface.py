@@ -275,7 +275,8 @@ def _eval(root, out, *overrides):
     return rows, json.loads((out / "results.json").read_text())
 
 
-def test_eval_megaface_end_to_end(image_pack, tmp_path, capsys):
+def test_eval_megaface_end_to_end(image_pack, tmp_path, capsys, caplog):
+    caplog.set_level("INFO")
     rows, results = _eval(image_pack, tmp_path / "a", f"weights={image_pack / 'model.pt'}", "allow_torchscript=true",
                           f"megaface.devkit_out={tmp_path / 'devkit'}", "megaface.algo=pool")
     block = results["megaface"]
@@ -287,6 +288,13 @@ def test_eval_megaface_end_to_end(image_pack, tmp_path, capsys):
     assert (tmp_path / "a" / "megaface.png").stat().st_size > 10_000
     out = capsys.readouterr().out
     assert "MegaFace (R)" in out and "rank-1 %" in out and "TAR % at 24" in out
+    said = [r.getMessage() for r in caplog.records]  # each embedding pass says how far it is, then its total
+    for folder, count in (("facescrub_images", 9), ("megaface_images", 24)):
+        assert any(line.startswith(f"megaface: embedding the images under {image_pack / 'pack' / folder}: {count} "
+                                   "images in ") for line in said), said
+    impostors = block["raw"]["impostor_pairs"]  # every (probe, distractor) pair of the 24: a FAR below 1/that is marked
+    assert 0 < impostors <= 65 * 24 and "FAR 1e-06*" in out
+    assert f"* {impostors:,} impostor pairs, fewer than 1/FAR: the TAR is at a threshold of the highest" in out
     dev = tmp_path / "devkit"
     assert len(list((dev / "feature_out" / "megaface").rglob("*_pool.bin"))) == 24
     assert len(read_feature(str(next((dev / "feature_out_clean" / "facescrub").rglob("*_pool.bin"))))) == 65
