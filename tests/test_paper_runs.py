@@ -151,7 +151,8 @@ def test_the_casia_experiment_takes_the_released_recipe_with_the_registrys_heads
 
 
 #: what a released run may change of today's experiment, and nothing else
-CHANGED = {"task_name", "tags", "logger/wandb/tags", "logger/wandb/name", "logger/tensorboard/name", "scheduler",
+CHANGED = {"task_name", "tags", "logger/wandb/tags", "logger/wandb/name", "logger/tensorboard/name",
+           "logger/mlflow/tags", "logger/mlflow/run_name", "logger/mlflow/experiment_name", "scheduler",
            "trainer/max_steps", "trainer/max_epochs", "model/scheduler", "model/head/guard",
            "model/head/plus_assignment", "sigma", "model/head/sigma", "trainer/val_check_interval",
            "trainer/check_val_every_n_epoch"}
