@@ -398,3 +398,20 @@ def test_lfw_stand_in_with_y1(tmp_path):
     assert block["raw"]["verification_distractors"] == 4068 and list(block["raw"]["rank1"])[-1] == "4068"
     assert 0.8 < block["raw"]["rank1"]["4068"] <= block["refined"]["rank1"]["4068"]
     assert block["raw"]["rank1"]["10"] >= block["raw"]["rank1"]["4068"]
+
+
+def test_the_roc_marks_the_smallest_far_the_impostors_can_give():
+    """A pack of 216 impostor pairs has no threshold at FAR 1e-3: the figure draws 1/216 so a TAR read left of it
+    is seen as the highest impostor's, as the table's `*` says."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from elasticface.eval.plots import identification_figure
+
+    view = {"rank1": {"10": 0.9, "24": 0.8}, "cmc": [0.8, 0.9], "roc": ([0.0, 1 / 216, 1.0], [0.5, 0.7, 1.0]),
+            "impostors": 216}
+    roc_axes = identification_figure({"MegaFace": view}).axes[2]
+    marks = [line for line in roc_axes.get_lines() if line.get_label() == "1 / 216 impostor pairs"]
+    assert len(marks) == 1 and marks[0].get_xdata()[0] == 1 / 216
+    assert not [line for line in identification_figure({"MegaFace": {**view, "impostors": None}}).axes[2].get_lines()
+                if "impostor" in line.get_label()]

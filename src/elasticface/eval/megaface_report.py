@@ -67,7 +67,8 @@ def _plot(result: dict[str, Any], output_dir: str) -> None:
     for view in VIEWS:
         v = result[view]
         at = str(v.get("verification_distractors") or max(int(c) for c in v["rank1"]))
-        views[NAMES[view]] = {"rank1": v["rank1"], "cmc": v["cmc"].get(at), "roc": v.get("roc")}
+        views[NAMES[view]] = {"rank1": v["rank1"], "cmc": v["cmc"].get(at), "roc": v.get("roc"),
+                              "impostors": v.get("impostor_pairs")}
     fig = identification_figure(views, title="MegaFace")
     fig.savefig(os.path.join(output_dir, FIGURE))
     plt.close(fig)

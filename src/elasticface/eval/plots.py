@@ -75,7 +75,8 @@ def value_histogram(values: np.ndarray, title: str, xlabel: str, bins: int = 50)
 
 def identification_figure(views: Mapping[str, Mapping[str, object]], title: str = "MegaFace") -> Figure:
     """Identification results side by side, one line per view (`{name: {"rank1": {count: rate}, "cmc": [rates],
-    "roc": (fpr, tpr)}}`): rank-1 against the number of distractors, the CMC, and the ROC on a log FAR axis."""
+    "roc": (fpr, tpr), "impostors": n}}`): rank-1 against the number of distractors, the CMC, and the ROC on a log
+    FAR axis with the smallest FAR the impostor pairs can give (1/n) marked."""
     fig, axes = plt.subplots(1, 3, figsize=(13, 4), dpi=100)
     for name, v in views.items():
         counts = [int(c) for c in v["rank1"]]
@@ -86,6 +87,10 @@ def identification_figure(views: Mapping[str, Mapping[str, object]], title: str 
             fpr, tpr = (np.asarray(a) for a in v["roc"])
             keep = fpr > 0
             axes[2].plot(fpr[keep], 100 * tpr[keep], label=name)
+    impostors = max((int(v.get("impostors") or 0) for v in views.values()), default=0)
+    if impostors:  # no threshold exists below one impostor pair: a TAR read there is at the highest impostor
+        axes[2].axvline(1 / impostors, color="grey", linestyle="--", linewidth=1,
+                        label=f"1 / {impostors:,} impostor pairs")
     axes[0].set_xscale("log")
     axes[0].set_xlabel("distractors")
     axes[0].set_ylabel("rank-1 identification (%)")
