@@ -59,6 +59,15 @@ TRAIN_MISTAKES = [
     (["resume=yes"], r"^resume='yes': expected one of null, auto"),
     (["-m", "sigma=0.05,-1"], r"^sigma=-1: out of range"),
     (["trainer.max_epochs=[1"], r"^cannot read the command line"),
+    (["halving.eta=2"], r"^halving\.eta=2: successive halving ranks the jobs of a sweep; add -m"),
+    (["-m", "seed=1,2", "halving.eta=1"], r"^halving\.eta=1: out of range; expected an integer >= 2"),
+    (["-m", "seed=1,2", "halving.eta=2,3"], r"^halving\.eta: takes one value per sweep"),
+    (["-m", "seed=1,2", "halving.eta=2", "halving.first_epochs=8"],
+     r"^halving\.first_epochs=8: not shorter than the full run \(trainer\.max_epochs=5\)"),
+    (["-m", "seed=1,2", "halving.eta=2", "halving.metric=val/lfw/acc"], r"^halving\.metric=val/lfw/acc: no validation "
+     r"set 'lfw'; the sets: synthetic"),
+    (["-m", "hparams_search=elastic_optuna", "halving.eta=2"],
+     r"^halving\.eta=2: this sweep's sweeper \(OptunaSweeper\) runs its own trials, not halving rounds"),
 ]
 
 #: found once the job has started (torch imported, a head or backbone built, nothing read): the run folder is

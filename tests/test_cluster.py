@@ -8,6 +8,7 @@ is the README's command as typed, on `debug=tiny` sizes, from a fresh working di
 from __future__ import annotations
 
 import csv
+import json
 import os
 import re
 import shlex
@@ -226,6 +227,25 @@ def test_array_parallelism_1_runs_the_jobs_one_after_another(tmp_path):
     first, second = finished_job(f"{array}_0"), finished_job(f"{array}_1")
     assert "#SBATCH --array=0-1%1" in (sweep / ".submitit" / array / f"{array}_submission.sh").read_text()
     assert datetime.fromisoformat(first["EndTime"]) <= datetime.fromisoformat(second["StartTime"]), (first, second)
+
+
+def test_a_halving_sweep_submits_each_round_and_the_survivor_continues_in_its_folder(tmp_path):
+    """`halving.eta=2` through sbatch: round 1 is an array of both jobs, round 2 an array of the better one, which
+    continues from its own last.ckpt (launcher=slurm's resume=auto) in the folder round 1 made."""
+    proc = train("-m", "launcher=slurm", "seed=1,2", *CPU_JOB, "debug=tiny", "trainer.max_epochs=2", "halving.eta=2",
+                 cwd=tmp_path)
+    out = finish(proc, tmp_path, timeout=600)
+    assert proc.returncode == 0, out[-3000:]
+    sweep = sweep_dir(tmp_path)
+    record = json.loads((sweep / "halving.json").read_text())
+    assert [len(r["ranked"]) for r in record["rounds"]] == [2, 1], record
+    arrays = sorted({p.name.split("_")[0] for p in (sweep / ".submitit").iterdir() if p.name[0].isdigit()})
+    assert len(arrays) == 2, "one sbatch array per round"
+    survivor = sweep / record["rounds"][1]["ranked"][0]["folder"]
+    summary = json.loads((survivor / "summary.json").read_text())
+    assert (summary["epochs"], summary["stopped_at_epoch"]) == (2, None)
+    assert len(list((survivor / "csv").glob("version_*"))) == 2, "one run per round, in the same folder"
+    assert len([p for p in sweep.iterdir() if (p / ".hydra").is_dir()]) == 2, "one folder per job"
 
 
 def test_a_partition_the_cluster_lacks_is_one_line_and_nothing_is_queued(tmp_path):

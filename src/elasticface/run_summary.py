@@ -10,6 +10,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from elasticface.callbacks.baselines import KINDS as BASELINES, Baselines
 from elasticface.callbacks.compiled_steps import CompiledSteps
+from elasticface.callbacks.epoch_budget import EpochBudget
 from elasticface.callbacks.divergence import nonfinite_weights
 from elasticface.callbacks.throughput import Throughput
 from elasticface.checkpointing.run_checkpoint import RunCheckpoint
@@ -30,6 +31,7 @@ def make_summary(cfg: DictConfig, trainer: pl.Trainer, model: FaceRecognitionMod
     throughput: Throughput = _callback(trainer, Throughput)
     baselines: dict[str, dict[str, float]] = getattr(_callback(trainer, Baselines), "scores", {})
     counted: CompiledSteps | None = _callback(trainer, CompiledSteps)
+    budget: EpochBudget | None = _callback(trainer, EpochBudget)
     metrics = {k: float(v) for k, v in trainer.callback_metrics.items() if k.startswith("val/")}
     best = float(model.best_acc_mean)
     finite = not nonfinite_weights(model)
@@ -48,6 +50,9 @@ def make_summary(cfg: DictConfig, trainer: pl.Trainer, model: FaceRecognitionMod
         "images_per_second_per_epoch": throughput.per_epoch,
         "first_step_seconds": throughput.first_step_seconds,
         "global_step": trainer.global_step,
+        "epochs": trainer.current_epoch,
+        # a sweep round's budget ended the fit here, before trainer.max_epochs (callbacks/epoch_budget.py)
+        "stopped_at_epoch": trainer.current_epoch if budget is not None and budget.stopped_early(trainer) else None,
         "m": cfg.get("m"), "s": model.head.s, "sigma": cfg.get("sigma"), "seed": cfg.get("seed"),
         "head": group_choice(cfg, "head"),
         "backbone": group_choice(cfg, "backbone"),

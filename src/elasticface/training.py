@@ -23,6 +23,7 @@ from elasticface.callbacks.baselines import Baselines
 from elasticface.callbacks.compiled_steps import CompiledSteps
 from elasticface.callbacks.progress import progress_bar
 from elasticface.callbacks.divergence import DivergenceGuard
+from elasticface.callbacks.epoch_budget import EpochBudget
 from elasticface.callbacks.grad_scaler import GradScalerMonitor
 from elasticface.callbacks.model_summary import ParameterSummary
 from elasticface.callbacks.run_overview import RunOverview
@@ -42,7 +43,7 @@ from elasticface.module import FaceRecognitionModule
 from elasticface.run_summary import format_summary, make_summary
 from elasticface.scale import CLASS_COUNT, check_scale, class_count_scale
 from elasticface.utils.config import flatten, group_choices, validate_top_level
-from elasticface.utils.console import print_config_mode, print_config_tree, quiet_library_noise
+from elasticface.utils.console import print_config_mode, print_config_tree, quiet_library_noise, quiet_resume_noise
 from elasticface.utils.instantiators import instantiate_callbacks, instantiate_loggers
 from elasticface.utils.no_profiler import NoProfiler
 from elasticface.utils.precision import FP16_MIXED, cpu_fp16_plugin
@@ -74,6 +75,7 @@ def required_callbacks(cfg: DictConfig, configured: list[pl.Callback]) -> list[p
     - ParameterSummary while `trainer.enable_model_summary` (Lightning's own would print `Total FLOPs: 0`).
     - StepStatistics: the training step's statistics in the logs (the loss, θ_y, margins, gradient norms).
     - CompiledSteps: summary.json's `compiled`, counted.
+    - EpochBudget while `halving.stop_epoch` is set: a sweep round's budget (sweeps/halving.py).
 
     configs/callbacks/default.yaml lists the first four, so for it this adds the rest.
     """
@@ -97,6 +99,9 @@ def required_callbacks(cfg: DictConfig, configured: list[pl.Callback]) -> list[p
         required.append(StepStatistics())
     if missing(CompiledSteps):
         required.append(CompiledSteps())
+    stop_epoch = OmegaConf.select(cfg, "halving.stop_epoch", default=None)
+    if stop_epoch is not None and missing(EpochBudget):
+        required.append(EpochBudget(stop_epoch))
     return required
 
 
@@ -289,10 +294,13 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     output_dir.mkdir(parents=True, exist_ok=True)
     checkpoint_dir = Path(OmegaConf.select(cfg, "callbacks.run_checkpoint.dirpath", default=None)
                           or output_dir / "checkpoints")
-    ckpt_path, finished = resume.resolve(cfg.get("resume"), cfg.get("ckpt_path"), output_dir, checkpoint_dir)
+    ckpt_path, finished = resume.resolve(cfg.get("resume"), cfg.get("ckpt_path"), output_dir, checkpoint_dir,
+                                         stop_epoch=OmegaConf.select(cfg, "halving.stop_epoch", default=None))
     if finished is not None:
         log.info(format_summary(finished))
         return finished
+    if ckpt_path is not None:
+        quiet_resume_noise()
     job = build(cfg, start, overview=printing is not None)
     train_seconds = fit(job, ckpt_path)
     if train_seconds is None:

@@ -139,6 +139,14 @@ TRAIN: dict[str, Rule] = {
     "eigenface_baseline": _doc(BOOL, "and with eigenfaces fitted on the training faces (a pass over them)"),
     "start_baseline": _doc(BOOL, "with weights=: score the loaded weights before the first step (each set's change "
                                  "in the summary)"),
+    "halving.eta": Number(low=2, integer=True,
+                          doc="successive halving of a sweep (-m): after each round the best 1/eta of the jobs go on "
+                              "from their checkpoints to eta times the epochs; null: off (docs/sweeps.md)"),
+    "halving.first_epochs": Number(low=1, integer=True, words=(),
+                                   doc="the first round's epochs, shorter than trainer.max_epochs"),
+    "halving.metric": Name("val/acc_mean or val/<set>/acc", doc="what each round ranks the jobs on"),
+    "halving.stop_epoch": Number(low=1, integer=True,
+                                 doc="set by the sweep for each round: the job stops after this epoch, to go on later"),
     "logger.mlflow.tracking_uri": Address(
         "a folder, or a URI: http(s)://host:port, sqlite:///file.db, databricks, file:",
         ("http", "https", "sqlite", "databricks", "file"),  # loggers/mlflow_logger.py's SCHEMES (not imported: --help)
@@ -224,8 +232,15 @@ def eval_inputs(cfg: DictConfig) -> None:
                        "MXNet model-0000.params, TorchScript or .onnx)")
 
 
+def halving_rounds(cfg: DictConfig) -> None:
+    """halving.* against the run's length and validation sets (sweeps/halving.py)."""
+    from elasticface.sweeps.halving import plan
+
+    plan(cfg)
+
+
 #: the rules of several keys together, after each key's own: per command
-TOGETHER = {"eval": (eval_inputs,), "train": ()}
+TOGETHER = {"eval": (eval_inputs,), "train": (halving_rounds,)}
 
 
 def _value(cfg: DictConfig, key: str, strict: bool) -> tuple[bool, Any]:

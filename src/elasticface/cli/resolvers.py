@@ -14,7 +14,7 @@ from omegaconf import OmegaConf
 
 from elasticface.cli.head_group import register_head_group
 from elasticface.cli.help import config_group_options, groups_text, keys_text
-from elasticface.cli.slurm_plugin import register_slurm_launcher
+from elasticface.cli.plugins import register_plugins
 
 from elasticface.loggers.run_names import current_sweep_group, group_choice, run_name, run_tag_values, run_tags
 from elasticface.utils.run_stamp import run_stamp
@@ -56,7 +56,7 @@ def register_config_code() -> None:
     group's options (from the registry) and launcher=slurm's launcher. A second call changes nothing (the head
     group is made again)."""
     register_head_group()
-    register_slurm_launcher()
+    register_plugins()
     resolvers = {
         "wandb_mode": wandb_mode,
         "short_dirname": short_dirname,

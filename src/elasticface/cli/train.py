@@ -19,6 +19,7 @@ from elasticface.cli.precheck import precheck
 from elasticface.cli.preflight import one_line_errors, start
 from elasticface.cli.resolvers import register_config_code
 from elasticface.finetune.config import with_recipe
+from elasticface.sweeps.halving import check_command_line
 from elasticface.utils.config import config_dir
 
 PROG = "elasticface-train"
@@ -44,7 +45,10 @@ def main() -> None:
     sys.argv[1:] = with_recipe(sys.argv[1:])
     with one_line_errors(PROG):
         answer_help("train")
-        precheck("train", sys.argv[1:], TRAIN)
+        cfg = precheck("train", sys.argv[1:], TRAIN)
+        if cfg is not None:
+            multirun = bool({"-m", "--multirun"} & set(sys.argv[1:])) or str(cfg.hydra.mode).endswith("MULTIRUN")
+            check_command_line(cfg, [a for a in sys.argv[1:] if not a.startswith("-")], multirun)
     job()
 
 

@@ -1,7 +1,9 @@
 """Reading a sweep directory: one summary.json per finished job, nothing else.
 
 A job is a directory holding Hydra's ``.hydra/`` folder (any depth, so SLURM and nested layouts work);
-without a readable summary.json it is still running or has failed, and the report lists it.
+without a readable summary.json it is still running or has failed, and the report lists it. A job that successive
+halving stopped before its last epoch (summary.json's `stopped_at_epoch`) is listed apart: its accuracy is from
+fewer epochs than the others', so it is not ranked with them.
 """
 
 from __future__ import annotations
@@ -22,10 +24,11 @@ class Job:
     path: Path
     summary: dict[str, Any] | None = None
     problem: str = ""  # why there is no usable summary
+    stopped: str = ""  # successive halving stopped it before the full run: where and why
 
     @property
     def done(self) -> bool:
-        return self.summary is not None
+        return self.summary is not None and not self.stopped
 
 
 @dataclass
@@ -39,7 +42,11 @@ class Sweep:
 
     @property
     def unfinished(self) -> list[Job]:
-        return [j for j in self.jobs if not j.done]
+        return [j for j in self.jobs if not j.done and not j.stopped]
+
+    @property
+    def stopped(self) -> list[Job]:
+        return [j for j in self.jobs if j.stopped]
 
 
 def _read_summary(path: Path) -> tuple[dict[str, Any] | None, str]:
@@ -68,6 +75,14 @@ def _read_summary(path: Path) -> tuple[dict[str, Any] | None, str]:
     return summary, ""
 
 
+def _halving_stop(summary: dict[str, Any] | None) -> str:
+    """Where and why successive halving stopped the job ("" for a job that ran to its end)."""
+    if summary is None or summary.get("stopped_at_epoch") is None:
+        return ""
+    why = (summary.get("halving") or {}).get("why")
+    return why or f"stopped after epoch {summary['stopped_at_epoch']} for a round of successive halving"
+
+
 def read_sweep(root: str | Path) -> Sweep:
     """Every job under ``root`` (a multirun directory, or a single run's directory)."""
     root = Path(root)
@@ -81,5 +96,5 @@ def read_sweep(root: str | Path) -> Sweep:
     sweep = Sweep(root)
     for d in dirs:
         summary, problem = _read_summary(d)
-        sweep.jobs.append(Job(d, summary, problem))
+        sweep.jobs.append(Job(d, summary, problem, _halving_stop(summary)))
     return sweep

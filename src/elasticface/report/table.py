@@ -109,6 +109,7 @@ class Report:
     varying: list[str]
     unfinished: list[tuple[str, str]]  # (job directory, why)
     notes: list[str]
+    stopped: list[tuple[str, str]] = field(default_factory=list)  # (job directory, where halving stopped it)
 
 
 def _family_order(family: str) -> tuple[int, str]:
@@ -120,8 +121,9 @@ def build_report(sweep: Sweep) -> Report:
     """Group the finished jobs into configurations, rank each family by its Borda count on the seed means."""
     finished = sweep.finished
     unfinished = [(str(j.path.relative_to(sweep.root)) or ".", j.problem) for j in sweep.unfinished]
+    stopped = [(str(j.path.relative_to(sweep.root)) or ".", j.stopped) for j in sweep.stopped]
     if not finished:
-        return Report([], [], [], unfinished, [])
+        return Report([], [], [], unfinished, [], stopped)
     benchmarks = list(finished[0].summary["val/sets"])
     for job in finished[1:]:
         if set(job.summary["val/sets"]) != set(benchmarks):
@@ -169,7 +171,7 @@ def build_report(sweep: Sweep) -> Report:
                         f"(std up to {100 * spread:.2f}): their order is not reliable"
                     )
         ordered += members
-    return Report(benchmarks, ordered, varying, unfinished, notes)
+    return Report(benchmarks, ordered, varying, unfinished, notes, stopped)
 
 
 def _indistinct(a: Row, b: Row) -> bool:
@@ -215,6 +217,10 @@ def to_markdown(report: Report) -> str:
         lines += ["", "Fine-tuning, set by set:", ""] + tuned
     if report.notes:
         lines += ["", "Not distinguishable by the seeds:"] + [f"- {n}" for n in report.notes]
+    if report.stopped:
+        lines += ["", f"Stopped early by successive halving ({len(report.stopped)}), not in the table (their accuracy "
+                  "is from fewer epochs; the sweep's halving.json has every round):"]
+        lines += [f"- `{path}`: {why}" for path, why in report.stopped]
     if report.unfinished:
         lines += ["", f"Jobs without a result ({len(report.unfinished)}), not in the table:"]
         lines += [f"- `{path}`: {why}" for path, why in report.unfinished]
@@ -236,7 +242,7 @@ def to_csv(report: Report) -> str:
                     r.sigma, *(r.extra[k] for k in report.varying), r.seed_list(), len(r.runs), *bench,
                     r.acc_mean, "" if spread is None or math.isnan(spread) else spread, r.borda_sum, r.rank,
                     int(r.winner), int(r.within_spread_of_winner)])
-    for path, why in report.unfinished:
+    for path, why in report.stopped + report.unfinished:
         w.writerow([why, "", path, "", "", "", *("" for _ in report.varying), "", 0,
                     *("" for _ in bench_cols), "", "", "", "", "", ""])
     return out.getvalue()

@@ -106,6 +106,12 @@ SRUN_HINT = "The `srun` command is available on your system but is not used"
 FEW_BATCHES = r"The number of training batches \(\d+\) is smaller than the logging interval"
 
 
+def quiet_resume_noise() -> None:
+    """A run that continues from its own checkpoint (resume=auto, ckpt_path=) writes into its checkpoint folder
+    again: Lightning's warning that the folder is not empty says what the user asked for."""
+    warnings.filterwarnings("ignore", message=r"Checkpoint directory .* exists and is not empty")
+
+
 def quiet_library_noise() -> None:
     """Silence, each at its source, what the libraries print that a user of a run cannot act on (tests/test_logs.py
     fails on any other warning line of `python train.py debug=tiny` and `make train`)."""

@@ -78,20 +78,24 @@ def attached_trainer(module: pl.LightningModule) -> pl.Trainer | None:
 
 
 def restore_loader_position(trainer: pl.Trainer) -> None:
-    """Put the checkpoint's position back into a training loader that was built before the restore.
+    """Put the checkpoint's epoch and position back into a training loader that was built before the restore.
 
     Lightning saves a stateful loader's `state_dict()` and loads it in `FitLoop.setup_data`, but
     `setup_data` returns early once `_combined_loader` exists, and a module whose `configure_optimizers`
-    reads `trainer.estimated_stepping_batches` builds the loader before the restore.
+    reads `trainer.estimated_stepping_batches` builds the loader (and its iterator, whose sampler order is drawn
+    for epoch 0) before the restore. Mid-epoch the position is loaded too; at an epoch's end (the checkpoint of a
+    finished fit, which Lightning does not count as restarting) only the epoch: its first epoch after the resume
+    would otherwise replay epoch 0's order (the next epoch's iterator is not made again while resuming).
     """
     loop = trainer.fit_loop
-    if not loop._combined_loader_states_to_load or loop._combined_loader is None or not loop.restarting:
+    if loop._combined_loader is None or not (loop.restarting or loop.is_resuming):
         return
     for loader in loop._combined_loader.flattened:
         # the sampler's order depends on the epoch: it gets the checkpoint's epoch before the position
         _set_sampler_epoch(loader, loop.epoch_progress.current.processed)
-    loop._load_combined_loader_states()
-    iter(loop._data_fetcher)  # the iterator made before the restore started at batch 0
+    if loop.restarting and loop._combined_loader_states_to_load:
+        loop._load_combined_loader_states()
+    iter(loop._data_fetcher)  # the iterator made before the restore started at batch 0 of epoch 0
 
 
 def checkpoint_state_key(callback: ModelCheckpoint, **kwargs: Any) -> str:

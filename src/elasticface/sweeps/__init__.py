@@ -1,0 +1,1 @@
+"""What a sweep does beyond launching its jobs: successive halving's rounds (halving.py)."""
