@@ -128,6 +128,9 @@ def format_summary(summary: dict[str, Any]) -> str:
     if acc["final"] is not None and summary.get("baseline/start_acc") is not None:
         lines.append(f"   change from the loaded weights: {100 * (acc['final'] - summary['baseline/start_acc']):+.2f} "
                      f"points (best {100 * (acc['best'] - summary['baseline/start_acc']):+.2f})")
+    if summary.get("stopped_at_epoch") is not None:
+        lines.append(f" stopped after epoch {summary['stopped_at_epoch']} for a round of successive halving: the sweep "
+                     "continues it from its checkpoint if it ranks among the best")
     debug = (summary.get("choices") or {}).get("debug")
     if debug:  # a debug=tiny run's 6 steps check that everything runs; its accuracy says nothing about the method
         lines.append(f" a smoke run (debug={debug}, {summary['global_step']} steps): it checks that training runs; "
