@@ -122,3 +122,20 @@ def test_a_sweep_killed_between_rounds_goes_on_with_the_round_it_was_in(tmp_path
     survivor = record["rounds"][-1]["ranked"][0]["folder"]
     for folder in (sweep / r["folder"] for r in record["rounds"][0]["ranked"] if r["folder"] != survivor):
         assert len(list((folder / "csv").glob("version_*"))) == 1, f"{folder} trained again"
+
+
+def test_the_replay_of_a_full_grid_follows_the_sweepers_rule():
+    """benchmarks/bench_halving.py on four jobs whose accuracy after each epoch is written out here. Round 1 (epoch 1):
+    job 0 (0.80) and job 1 (0.70) go on; round 2 (epoch 2): job 1 (0.85) beats job 0 (0.75) and goes on to 4. The
+    full grid's best at epoch 4 is job 3 (0.95), which halving stopped after epoch 1: the late bloomer it can miss."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("bench_halving", ROOT / "benchmarks" / "bench_halving.py")
+    bench = sys.modules[spec.name] = importlib.util.module_from_spec(spec)  # its dataclass looks itself up there
+    spec.loader.exec_module(bench)
+    epochs = {0: [0.80, 0.75, 0.80, 0.82], 1: [0.70, 0.85, 0.88, 0.90], 2: [0.60, 0.65, 0.70, 0.72],
+              3: [0.50, 0.70, 0.90, 0.95]}
+    jobs = [bench.Job(f"{i}_job", {e + 1: v for e, v in enumerate(values)}) for i, values in epochs.items()]
+    order, spent = bench.replay(jobs, Plan(2, bench.budgets(2, 1, 4), "val/acc_mean"))
+    assert order == [1, 0, 2, 3] and spent == 4 * 1 + 2 * 1 + 1 * 2
+    assert bench.budgets(3, 2, 4) == (2, 4) and bench.budgets(2, 1, 8) == (1, 2, 4, 8)
