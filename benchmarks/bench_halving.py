@@ -12,8 +12,8 @@ Printed per setting: the compute (job-epochs trained against the full grid's, th
 the full grid ranked on the same metric at the last epoch: the same winner (halving's best has the full grid's best
 value: ties count), the same top 3 (halving's three best each have at least the full grid's third-best value), and
 Kendall's tau-b between halving's order of all jobs (those that went further first, each round's by its metric) and
-the jobs' final values; in how many seeds each held. The default rule of docs/sweeps.md: the cheapest setting that keeps the
-winner and the top 3 in every seed.
+the jobs' final values; in how many seeds each held. The default rule of docs/sweeps.md: the cheapest setting that
+keeps the winner and the top 3 in every seed.
 """
 
 from __future__ import annotations
