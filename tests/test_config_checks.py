@@ -130,6 +130,18 @@ def test_a_mistake_inside_the_job_marks_its_folder_failed(argv, message, workdir
     assert json.loads(marker.read_text())["error"] == out.stderr.strip()
 
 
+def test_a_job_run_again_in_its_folder_drops_the_failed_marker_of_its_last_attempt(workdir):
+    """A sweep run again (resume=auto) after a failure must not list the job as failed once it has run."""
+    from elasticface.cli.job_failures import checked_job, failed_jobs
+
+    cfg = train_cli_cfg(workdir / "job")
+    (workdir / "job").mkdir()
+    (workdir / "job" / "failed.json").write_text(json.dumps({"error": "an earlier attempt's line"}))
+    assert failed_jobs(workdir) != []
+    assert checked_job("elasticface-train", cfg, TRAIN, lambda c: 1.0) == 1.0
+    assert failed_jobs(workdir) == []
+
+
 @pytest.mark.slow  # two tiny training jobs
 def test_in_a_sweep_the_failing_job_says_so_and_the_others_run(workdir):
     out, _ = cli("train.py", "-m", "debug=tiny", "model.backbone.name=iresnet_tiny,iresnet_tiny_typo", cwd=workdir)

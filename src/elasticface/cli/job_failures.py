@@ -37,7 +37,12 @@ def checked_job(prog: str, cfg: DictConfig, rules: dict[str, Rule], work: Callab
                 failed: Any = None) -> Any:
     """`work(cfg)` after the config's rules (checked before Hydra started too, but a sweep's other values and a
     config tree of the user's are composed only here); a user's mistake ends the job under the contract. In a
-    multirun the job returns `failed` (NaN for a sweeper that maximises: Optuna records a failed trial)."""
+    multirun the job returns `failed` (NaN for a sweeper that maximises: Optuna records a failed trial). A job run
+    again in its folder (resume=auto, halving's next round) drops the failed.json of an earlier attempt first."""
+    if HydraConfig.initialized():
+        from elasticface.report.sweep import FAILED
+
+        (Path(HydraConfig.get().runtime.output_dir) / FAILED).unlink(missing_ok=True)
     try:
         check_config(cfg, rules, dict(HydraConfig.get().runtime.choices) if HydraConfig.initialized() else {})
         return work(cfg)
