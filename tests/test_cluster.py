@@ -256,4 +256,5 @@ def test_a_partition_the_cluster_lacks_is_one_line_and_nothing_is_queued(tmp_pat
     (line,) = [line for line in out.splitlines() if "error" in line.lower()]
     assert line.startswith("elasticface-train: error: hydra.launcher.partition=gpu_a100: the cluster refused")
     assert "invalid partition" in line.lower(), line
-    assert queued() == before, "no job was queued"
+    # new ids only: a finished job of an earlier test may leave squeue meanwhile (slurmctld's MinJobAge, 300 s)
+    assert queued() - before == set(), "no job was queued"
