@@ -213,7 +213,8 @@ def finish_round(state: State, sweep_dir: Path, budget: int, alive: list[int]) -
     summaries = {i: read_summary(sweep_dir / state.folders[i]) if i in state.folders else None for i in alive}
     values = {i: metric_value(summaries[i], plan_.metric) for i in alive}
     order = rank(values)
-    keep = order if last else order[:kept(len(order), plan_.eta)]
+    scored = [i for i in order if values[i] is not None]  # a failed job never goes on
+    keep = scored if last else scored[:kept(len(order), plan_.eta)]
     number = len(state.rounds) + 1
     record = {"round": number, "budget": budget, "kept": keep,
               "ranked": [{"job": i, "folder": state.folders.get(i), plan_.metric: values[i],
