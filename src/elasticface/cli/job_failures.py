@@ -18,7 +18,7 @@ from typing import Any
 from hydra.core.hydra_config import HydraConfig
 from hydra.experimental.callback import Callback
 from hydra.types import RunMode
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from elasticface.cli.config_rules import check_config
 from elasticface.cli.preflight import error_line, exit_with
@@ -39,10 +39,12 @@ def checked_job(prog: str, cfg: DictConfig, rules: dict[str, Rule], work: Callab
     config tree of the user's are composed only here); a user's mistake ends the job under the contract. In a
     multirun the job returns `failed` (NaN for a sweeper that maximises: Optuna records a failed trial). A job run
     again in its folder (resume=auto, halving's next round) drops the failed.json of an earlier attempt first."""
-    if HydraConfig.initialized():
+    folder = OmegaConf.select(HydraConfig.get(), "runtime.output_dir", default=None) if HydraConfig.initialized() \
+        else None
+    if folder:
         from elasticface.report.sweep import FAILED
 
-        (Path(HydraConfig.get().runtime.output_dir) / FAILED).unlink(missing_ok=True)
+        (Path(folder) / FAILED).unlink(missing_ok=True)
     try:
         check_config(cfg, rules, dict(HydraConfig.get().runtime.choices) if HydraConfig.initialized() else {})
         return work(cfg)
