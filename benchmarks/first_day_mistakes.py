@@ -68,6 +68,10 @@ TRAIN_MISTAKES = [
      r"set 'lfw'; the sets: synthetic"),
     (["-m", "hparams_search=elastic_optuna", "halving.eta=2"],
      r"^halving\.eta=2: this sweep's sweeper \(OptunaSweeper\) runs its own trials, not halving rounds"),
+    (["-m", "hparams_search=elastic_optuna", "hydra/sweeper/pruner=medain"],
+     r"^hydra/sweeper/pruner=medain: no such option \(did you mean median\?\); the options: "),
+    (["-m", "hparams_search=elastic_optuna", "hydra/sweeper/pruner=threshold", "hydra.sweeper.pruner.lowr=0.9"],
+     r"^hydra\.sweeper\.pruner\.lowr: no such key; did you mean hydra\.sweeper\.pruner\.lower"),
 ]
 
 #: found once the job has started (torch imported, a head or backbone built, nothing read): the run folder is
@@ -77,6 +81,7 @@ TRAIN_JOB_MISTAKES = [
     (["debug=tiny", "head=arcface", "m=4"], r"^m=4: must be in \[0, 1\.5708\) \(radians\)"),
     (["debug=tiny", "head=elastic_arc_plus", "model.head.plus_assignment=random"],
      r"^plus_assignment='random': must be one of \['paper', 'official'\]"),
+    (["debug=tiny", "optuna_trial=3"], r"^optuna_trial=3: the Optuna sweeper sets it for each of its jobs"),
 ]
 
 EVAL_MISTAKES = [

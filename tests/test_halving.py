@@ -88,7 +88,7 @@ def test_a_sweep_as_typed_keeps_the_best_half_in_their_own_folders(tmp_path):
     report = subprocess.run([sys.executable, "-m", "elasticface.cli.report", str(sweep)], capture_output=True,
                             text=True, timeout=300)
     assert report.returncode == 0, report.stderr
-    assert "Stopped early by successive halving (1), not in the table" in report.stdout
+    assert "Stopped early by successive halving or a pruner (1), not in the table" in report.stdout
     table = report.stdout.split("Stopped early")[0]
     assert table.count("| ElasticFace-Arc") == 1, "only the job that ran to the end is ranked"
 

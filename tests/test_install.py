@@ -142,12 +142,11 @@ def test_training_on_gpu_without_cuda_is_refused_before_the_trainer(tiny_cfg, mo
 
 @pytest.mark.parametrize("override, package", [
     ("launcher=slurm", "hydra-submitit-launcher"), ("launcher=joblib", "hydra-joblib-launcher"),
-    ("hparams_search=elastic_optuna", "hydra-optuna-sweeper"), ("hydra/launcher=submitit_slurm",
-                                                                "hydra-submitit-launcher")])
+    ("hparams_search=elastic_optuna", "optuna"), ("hydra/launcher=submitit_slurm", "hydra-submitit-launcher")])
 def test_a_cluster_option_without_its_plugin_names_the_extra(override, package, monkeypatch, capsys):
-    module = {"hydra-submitit-launcher": "hydra_submitit_launcher", "hydra-joblib-launcher": "hydra_joblib_launcher",
-              "hydra-optuna-sweeper": "hydra_optuna_sweeper"}[package]
-    monkeypatch.setitem(sys.modules, f"hydra_plugins.{module}", None)  # as if not installed
+    module = {"hydra-submitit-launcher": "hydra_plugins.hydra_submitit_launcher",
+              "hydra-joblib-launcher": "hydra_plugins.hydra_joblib_launcher", "optuna": "optuna"}[package]
+    monkeypatch.setitem(sys.modules, module, None)  # as if not installed
     monkeypatch.setattr(sys, "argv", ["elasticface-train", "-m", override])
     from elasticface.cli.train import main
 

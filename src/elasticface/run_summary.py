@@ -11,6 +11,7 @@ from omegaconf import DictConfig, OmegaConf
 from elasticface.callbacks.baselines import KINDS as BASELINES, Baselines
 from elasticface.callbacks.compiled_steps import CompiledSteps
 from elasticface.callbacks.epoch_budget import EpochBudget
+from elasticface.sweeps.trial_pruning import TrialPruning
 from elasticface.callbacks.divergence import nonfinite_weights
 from elasticface.callbacks.throughput import Throughput
 from elasticface.checkpointing.run_checkpoint import RunCheckpoint
@@ -32,6 +33,8 @@ def make_summary(cfg: DictConfig, trainer: pl.Trainer, model: FaceRecognitionMod
     baselines: dict[str, dict[str, float]] = getattr(_callback(trainer, Baselines), "scores", {})
     counted: CompiledSteps | None = _callback(trainer, CompiledSteps)
     budget: EpochBudget | None = _callback(trainer, EpochBudget)
+    pruning: TrialPruning | None = _callback(trainer, TrialPruning)
+    pruned = pruning is not None and pruning.why is not None
     metrics = {k: float(v) for k, v in trainer.callback_metrics.items() if k.startswith("val/")}
     best = float(model.best_acc_mean)
     finite = not nonfinite_weights(model)
@@ -51,8 +54,11 @@ def make_summary(cfg: DictConfig, trainer: pl.Trainer, model: FaceRecognitionMod
         "first_step_seconds": throughput.first_step_seconds,
         "global_step": trainer.global_step,
         "epochs": trainer.current_epoch,
-        # a sweep round's budget ended the fit here, before trainer.max_epochs (callbacks/epoch_budget.py)
-        "stopped_at_epoch": trainer.current_epoch if budget is not None and budget.stopped_early(trainer) else None,
+        # a sweep round's budget (callbacks/epoch_budget.py) or an Optuna pruner (sweeps/trial_pruning.py) ended
+        # the fit here, before trainer.max_epochs
+        "stopped_at_epoch": trainer.current_epoch if pruned or (budget is not None and budget.stopped_early(trainer))
+        else None,
+        "pruned": {"why": pruning.why} if pruned else None,
         "m": cfg.get("m"), "s": model.head.s, "sigma": cfg.get("sigma"), "seed": cfg.get("seed"),
         "head": group_choice(cfg, "head"),
         "backbone": group_choice(cfg, "backbone"),
@@ -128,7 +134,9 @@ def format_summary(summary: dict[str, Any]) -> str:
     if acc["final"] is not None and summary.get("baseline/start_acc") is not None:
         lines.append(f"   change from the loaded weights: {100 * (acc['final'] - summary['baseline/start_acc']):+.2f} "
                      f"points (best {100 * (acc['best'] - summary['baseline/start_acc']):+.2f})")
-    if summary.get("stopped_at_epoch") is not None:
+    if summary.get("pruned"):
+        lines.append(f" {summary['pruned']['why']}: the search goes on with other trials")
+    elif summary.get("stopped_at_epoch") is not None:
         lines.append(f" stopped after epoch {summary['stopped_at_epoch']} for a round of successive halving: the sweep "
                      "continues it from its checkpoint if it ranks among the best")
     debug = (summary.get("choices") or {}).get("debug")

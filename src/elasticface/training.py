@@ -29,6 +29,7 @@ from elasticface.callbacks.model_summary import ParameterSummary
 from elasticface.callbacks.run_overview import RunOverview
 from elasticface.callbacks.step_statistics import StepStatistics
 from elasticface.callbacks.throughput import Throughput
+from elasticface.sweeps.trial_pruning import TrialPruning, trial_pruning
 from elasticface.checkpointing import resume
 from elasticface.checkpointing.atomic_save import AtomicCheckpointIO
 from elasticface.checkpointing.images_seen import ImagesSeen
@@ -37,6 +38,7 @@ from elasticface.checkpointing.preemption import Preemption
 from elasticface.data.datamodule import FaceDataModule, loader_workers
 from elasticface.finetune.config import StartWeights, resolve as resolve_finetune
 from elasticface.finetune.phases import FineTuning
+from elasticface.sweeps.optuna_study import TRIAL_KEY
 from elasticface.loggers.mlflow_logger import MLflowLogger
 from elasticface.loggers.run_names import group_choice
 from elasticface.module import FaceRecognitionModule
@@ -76,6 +78,7 @@ def required_callbacks(cfg: DictConfig, configured: list[pl.Callback]) -> list[p
     - StepStatistics: the training step's statistics in the logs (the loss, θ_y, margins, gradient norms).
     - CompiledSteps: summary.json's `compiled`, counted.
     - EpochBudget while `halving.stop_epoch` is set: a sweep round's budget (sweeps/halving.py).
+    - TrialPruning while `optuna_trial` is set: an Optuna trial that its pruner may stop (sweeps/optuna_study.py).
 
     configs/callbacks/default.yaml lists the first four, so for it this adds the rest.
     """
@@ -102,6 +105,9 @@ def required_callbacks(cfg: DictConfig, configured: list[pl.Callback]) -> list[p
     stop_epoch = OmegaConf.select(cfg, "halving.stop_epoch", default=None)
     if stop_epoch is not None and missing(EpochBudget):
         required.append(EpochBudget(stop_epoch))
+    trial = OmegaConf.select(cfg, TRIAL_KEY, default=None)
+    if trial is not None and missing(TrialPruning):
+        required.append(trial_pruning(trial))
     return required
 
 

@@ -147,6 +147,9 @@ TRAIN: dict[str, Rule] = {
     "halving.metric": Name("val/acc_mean or val/<set>/acc", doc="what each round ranks the jobs on"),
     "halving.stop_epoch": Number(low=1, integer=True,
                                  doc="set by the sweep for each round: the job stops after this epoch, to go on later"),
+    "optuna_trial": Number(low=0, integer=True,
+                           doc="set by hparams_search=elastic_optuna's sweeper for each job: the trial it reports "
+                               "val/acc_mean to after each epoch, stopped when the pruner says so"),
     "logger.mlflow.tracking_uri": Address(
         "a folder, or a URI: http(s)://host:port, sqlite:///file.db, databricks, file:",
         ("http", "https", "sqlite", "databricks", "file"),  # loggers/mlflow_logger.py's SCHEMES (not imported: --help)

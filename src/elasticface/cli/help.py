@@ -70,7 +70,10 @@ HYDRA_VALUE_FLAGS = ("--config-path", "-cp", "--config-name", "-cn", "--config-d
 
 def group_options(group: str) -> list[str]:
     """The options of a config group: its YAML files and the options registered in code (the head group)."""
-    registered = {n for n in ConfigStore.instance().repo.get(group, {}) if n.endswith(".yaml")}
+    node: Any = ConfigStore.instance().repo
+    for part in group.split("/"):  # nested groups (hydra/sweeper/pruner) are nested in the store
+        node = node.get(part, {}) if isinstance(node, dict) else {}
+    registered = {n for n in node if n.endswith(".yaml")}
     files = {p.name for p in (config_dir() / group).glob("*.yaml")}
     return sorted(name.removesuffix(".yaml") for name in files | registered)
 

@@ -149,9 +149,14 @@ def precheck(config_name: str, argv: Sequence[str], rules: dict[str, Rule]) -> D
         base = _default_config(config_name)
         groups = dict(base.hydra.runtime.choices)
         problems = unknown_options(parsed, groups)
-        chosen = [_first(o) for o in parsed if o.key_or_group in groups]
-        grouped = compose_config(config_name, chosen, return_hydra_config=True) if chosen and not problems else base
-        groups |= dict(grouped.hydra.runtime.choices)
+        grouped, chosen = base, []
+        # a choice may bring groups of its own (hparams_search=elastic_optuna: hydra/sweeper/pruner), chosen again
+        while not problems and len(chosen) < len(now := [_first(o) for o in parsed if o.key_or_group in groups]):
+            chosen = now
+            grouped = compose_config(config_name, chosen, return_hydra_config=True)
+            new_groups = {g: c for g, c in grouped.hydra.runtime.choices.items() if g not in groups}
+            groups |= dict(grouped.hydra.runtime.choices)
+            problems = unknown_options([o for o in parsed if o.key_or_group in new_groups], groups)
         problems += unknown_keys(parsed, grouped, groups)
         if problems:
             raise BadValue(" | ".join(problems))

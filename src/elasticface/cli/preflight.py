@@ -30,8 +30,8 @@ PLUGIN_CHOICES = {
     ("hydra/launcher", "submitit_local"): ("hydra_plugins.hydra_submitit_launcher", "hydra-submitit-launcher"),
     ("launcher", "joblib"): ("hydra_plugins.hydra_joblib_launcher", "hydra-joblib-launcher"),
     ("hydra/launcher", "joblib"): ("hydra_plugins.hydra_joblib_launcher", "hydra-joblib-launcher"),
-    ("hparams_search", "elastic_optuna"): ("hydra_plugins.hydra_optuna_sweeper", "hydra-optuna-sweeper"),
-    ("hydra/sweeper", "optuna"): ("hydra_plugins.hydra_optuna_sweeper", "hydra-optuna-sweeper"),
+    ("hparams_search", "elastic_optuna"): ("optuna", "optuna"),
+    ("hydra/sweeper", "optuna"): ("optuna", "optuna"),
 }
 
 

@@ -2,8 +2,8 @@
 
 A job is a directory holding Hydra's ``.hydra/`` folder (any depth, so SLURM and nested layouts work);
 without a readable summary.json it is still running or has failed, and the report lists it. A job that successive
-halving stopped before its last epoch (summary.json's `stopped_at_epoch`) is listed apart: its accuracy is from
-fewer epochs than the others', so it is not ranked with them.
+halving or an Optuna pruner stopped before its last epoch (summary.json's `stopped_at_epoch`) is listed apart: its
+accuracy is from fewer epochs than the others', so it is not ranked with them.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ class Job:
     path: Path
     summary: dict[str, Any] | None = None
     problem: str = ""  # why there is no usable summary
-    stopped: str = ""  # successive halving stopped it before the full run: where and why
+    stopped: str = ""  # successive halving or a pruner stopped it before the full run: where and why
 
     @property
     def done(self) -> bool:
@@ -75,11 +75,11 @@ def _read_summary(path: Path) -> tuple[dict[str, Any] | None, str]:
     return summary, ""
 
 
-def _halving_stop(summary: dict[str, Any] | None) -> str:
-    """Where and why successive halving stopped the job ("" for a job that ran to its end)."""
+def _early_stop(summary: dict[str, Any] | None) -> str:
+    """Where and why successive halving or a pruner stopped the job ("" for a job that ran to its end)."""
     if summary is None or summary.get("stopped_at_epoch") is None:
         return ""
-    why = (summary.get("halving") or {}).get("why")
+    why = (summary.get("halving") or {}).get("why") or (summary.get("pruned") or {}).get("why")
     return why or f"stopped after epoch {summary['stopped_at_epoch']} for a round of successive halving"
 
 
@@ -96,5 +96,5 @@ def read_sweep(root: str | Path) -> Sweep:
     sweep = Sweep(root)
     for d in dirs:
         summary, problem = _read_summary(d)
-        sweep.jobs.append(Job(d, summary, problem, _halving_stop(summary)))
+        sweep.jobs.append(Job(d, summary, problem, _early_stop(summary)))
     return sweep

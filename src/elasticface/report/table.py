@@ -109,7 +109,7 @@ class Report:
     varying: list[str]
     unfinished: list[tuple[str, str]]  # (job directory, why)
     notes: list[str]
-    stopped: list[tuple[str, str]] = field(default_factory=list)  # (job directory, where halving stopped it)
+    stopped: list[tuple[str, str]] = field(default_factory=list)  # (job directory, where and why it stopped early)
 
 
 def _family_order(family: str) -> tuple[int, str]:
@@ -218,8 +218,8 @@ def to_markdown(report: Report) -> str:
     if report.notes:
         lines += ["", "Not distinguishable by the seeds:"] + [f"- {n}" for n in report.notes]
     if report.stopped:
-        lines += ["", f"Stopped early by successive halving ({len(report.stopped)}), not in the table (their accuracy "
-                  "is from fewer epochs; the sweep's halving.json has every round):"]
+        lines += ["", f"Stopped early by successive halving or a pruner ({len(report.stopped)}), not in the table "
+                  "(their accuracy is from fewer epochs; the sweep's halving.json or optuna.journal has every step):"]
         lines += [f"- `{path}`: {why}" for path, why in report.stopped]
     if report.unfinished:
         lines += ["", f"Jobs without a result ({len(report.unfinished)}), not in the table:"]
