@@ -8,8 +8,8 @@ Synthetic unit features (what the scoring sees after the embedding pass, which i
 so that its peak memory (the process's maximum resident set) is its own:
 
 1. at `--dense` distractors, the dense baseline (numpy: the whole [probes x distractors] float32 matrix, ranks
-   by sorting each row, the ROC of every score) and the chunked scan (`eval.megaface.score_features`, raw and
-   MegaFace (R) together, as eval.py runs them): both times, the ratio, and a check that every number agrees;
+   by sorting each row, the ROC of every score) and the chunked scan (`eval.identification.scoring.score_features`,
+   raw and MegaFace (R) together, as eval.py runs them): both times, the ratio, and a check that every number agrees;
 2. the scan alone at `--distractors` (10^5 by default): time and peak memory, and their extrapolation to 10^6
    distractors: time x (10^6 / n), memory + the float16 features and the impostor buffer that grow with n.
 """
@@ -46,12 +46,14 @@ def features(probes: int, identities: int, distractors: int, dim: int, seed: int
 def chunked(p, ids, d, probe_noise, dist_noise, device: str) -> dict:
     import torch
 
-    from elasticface.eval.megaface import plan_passes, score_features
-    from elasticface.eval.megaface_refine import refine_probes
+    from elasticface.eval.identification.planning import plan_passes
+    from elasticface.eval.identification.refine import refine_probes
+    from elasticface.eval.identification.scoring import score_features
 
     refined = refine_probes(p, ids, probe_noise)
     passes = plan_passes(np.arange(len(d)), [len(d)], 0, {}, [])
-    res = score_features(p, refined, probe_noise, ids, torch.from_numpy(d), dist_noise, passes, FARS, device=device)
+    res = score_features(p, refined, probe_noise, ids, torch.from_numpy(d), dist_noise, passes, FARS, max_rank=10,
+                         chunk=None, device=device)
     n = str(len(d))
     return {v: {"rank1": res[v]["rank1"][n], "cmc": res[v]["cmc"][n],
                 **{k: res[v][k] for k in res[v] if k.startswith("tar_at_far")}} for v in ("raw", "refined")}

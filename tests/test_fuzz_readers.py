@@ -512,7 +512,7 @@ def write_ijb(root: Path) -> Path:
 def write_testpack(root: Path) -> tuple[Path, Path]:
     """A MegaFace testpack written by the project's own builder (elasticface-megaface-pack), and the devkit's
     template lists."""
-    from elasticface.data.megaface_pack import build_megaface_pack
+    from elasticface.eval.identification.stand_in import build_megaface_pack
     from helpers.megaface_files import write_templatelists
 
     faces = root / "faces"
@@ -761,7 +761,7 @@ def ijb(tmp_path_factory) -> Path:
 @given(data=DATA)
 def test_mutated_ijb_meta(ijb, seed, data):
     from elasticface.eval.ijb import load_ijb_meta
-    from elasticface.eval.ijb_1n import gallery_files, read_template_subjects
+    from elasticface.eval.identification.ijb_1n import gallery_files, read_template_subjects
 
     path = ijb / "meta" / seed
 
@@ -786,7 +786,8 @@ def testpack(tmp_path_factory) -> tuple[Path, Path]:
 @FUZZ
 @given(data=DATA)
 def test_mutated_megaface_testpack(testpack, seed, data):
-    from elasticface.eval.megaface_testpack import devkit_distractors, devkit_probes, read_testpack
+    from elasticface.eval.identification.devkit_lists import devkit_distractors, devkit_probes
+    from elasticface.eval.identification.testpack import read_testpack
 
     pack, lists = testpack
     path = (lists if seed.endswith(("json", "_1")) else pack) / seed
@@ -806,7 +807,7 @@ def test_mutated_megaface_testpack(testpack, seed, data):
 @FUZZ
 @given(data=DATA)
 def test_mutated_devkit_features(seed, data, tmp_path):
-    from elasticface.eval.megaface_features import feature_bytes, read_feature, read_features
+    from elasticface.eval.identification.devkit_files import feature_bytes, read_feature, read_features
     from helpers.megaface_files import devkit_bytes
 
     rng = np.random.default_rng(0)
@@ -953,7 +954,7 @@ def test_params_counts_and_shapes_claiming_terabytes(tmp_path):
 
 
 def test_devkit_header_claiming_2_gb(tmp_path):
-    from elasticface.eval.megaface_features import read_feature
+    from elasticface.eval.identification.devkit_files import read_feature
 
     path = tmp_path / "Ann_1.png_algo.bin"
     path.write_bytes(struct.pack("<4i", 0x7FFFFFFF, 1, 4, 5) + b"\0" * (4 * 70_000))
@@ -1058,8 +1059,8 @@ def test_torch_files_whose_sizes_claim_more_than_the_file(models, tmp_path):
 def test_testpack_entries_that_leave_their_folder_are_refused_unread(entry, tmp_path, monkeypatch):
     """A testpack list entry that leaves facescrub_images/ (`..`, an absolute path, a link leading out) is refused,
     naming the list, the line and the entry; the image it points at, planted outside, is never opened."""
-    from elasticface.eval.megaface import evaluate_megaface
-    from elasticface.eval.megaface_testpack import read_testpack
+    from elasticface.eval.identification.testpack import read_testpack
+    from helpers.megaface_files import evaluate_pack
 
     pack, _ = write_testpack(tmp_path)
     planted = tmp_path / "planted.jpg"
@@ -1083,7 +1084,7 @@ def test_testpack_entries_that_leave_their_folder_are_refused_unread(entry, tmp_
     with pytest.raises(BadFile, match=message):
         read_testpack(str(pack))
     with pytest.raises(BadFile, match=message):
-        evaluate_megaface(lambda x: x.flatten(1)[:, :8], str(pack), sizes=[2], device="cpu")
+        evaluate_pack(lambda x: x.flatten(1)[:, :8], pack, sizes=[2])
     assert os.path.realpath(planted) not in opened
     if entry == "A/link.jpg":  # features read from files (no image opened): the lexical rule alone applies
         assert read_testpack(str(pack), images=False).probes[2] == entry

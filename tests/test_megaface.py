@@ -12,13 +12,12 @@ import pytest
 import torch
 
 from conftest import compose_eval
-from elasticface.eval.megaface import evaluate_megaface
-from elasticface.eval.megaface_features import feature_bytes, read_feature, read_features, write_features
-from elasticface.eval.megaface_refine import EXTENSION, NOISE, refine_probes
-from elasticface.metrics.megaface import ProbeView, search_distractors
+from elasticface.eval.identification.devkit_files import feature_bytes, read_feature, read_features, write_features
+from elasticface.eval.identification.distractor_search import ProbeView, search_distractors
+from elasticface.eval.identification.refine import EXTENSION, NOISE, refine_probes
 from elasticface.metrics.roc import impostors_to_keep, roc_curve, tar_at_fars_top
-from helpers.megaface_files import (devkit_bytes, devkit_oracle, distractor_names, probe_names, write_feature_files,
-                                    write_images, write_lists, write_templatelists)
+from helpers.megaface_files import (devkit_bytes, devkit_oracle, distractor_names, evaluate_pack, probe_names,
+                                    write_feature_files, write_images, write_lists, write_templatelists)
 from helpers.roc_oracle import insightface_tar_row
 
 FARS = (1e-3, 1e-2, 1e-1)
@@ -86,8 +85,8 @@ def _oracle_numbers(probe_feats, ids, dist_feats, max_rank=10):
 @pytest.mark.parametrize("seed,dtype,chunk", [(0, "float32", None), (1, "float16", 7), (2, "float16", 1)])
 def test_protocol_equals_the_oracle_on_seeded_sets(tmp_path, seed, dtype, chunk):
     probes, ids, pf, distractors, df = _integer_pack(str(tmp_path), seed)
-    res = evaluate_megaface(None, str(tmp_path), sizes=[10, 50, 100], fars=FARS, seed=seed, dtype=dtype, chunk=chunk,
-                            features=str(tmp_path / "features"), algo="algo", device="cpu")
+    res = evaluate_pack(None, tmp_path, sizes=[10, 50, 100], fars=FARS, seed=seed, dtype=dtype, chunk=chunk,
+                        features=str(tmp_path / "features"), algo="algo")
     # the documented subsets: the first n of one permutation of the distractors, drawn by the seed
     order = np.random.default_rng(seed).permutation(len(distractors))
     assert list(res["raw"]["rank1"]) == ["10", "50", "60"]
@@ -111,8 +110,8 @@ def test_protocol_equals_the_oracle_on_the_devkits_lists(tmp_path):
     lists = str(tmp_path / "templatelists")
     write_templatelists(lists, [probes[i].replace(".png", ".jpg") for i in chosen], [f"id{ids[i]}" for i in chosen],
                         {s: [distractors[i] for i in rows] for s, rows in sets.items()})
-    res = evaluate_megaface(None, str(tmp_path), sizes=[10, 30], fars=FARS, templatelists=lists,
-                            features=str(tmp_path / "features"), algo="algo", device="cpu", chunk=4)
+    res = evaluate_pack(None, tmp_path, sizes=[10, 30], fars=FARS, templatelists=lists,
+                        features=str(tmp_path / "features"), algo="algo", chunk=4)
     assert list(res["raw"]["rank1"]) == ["10", "30", "40"]
     for n, rows in [*sets.items(), (40, list(range(40)))]:
         cmc, tar = _oracle_numbers(pf[chosen], [ids[i] for i in chosen], df[rows])
@@ -139,8 +138,8 @@ def test_crafted_ranks_raw_and_refined(tmp_path):
     (R): x1 gets the coordinate 100 and d3 becomes D's clean centre, about (-0.995, 0.0995): every pair ranks 1.
     C has a single image: no mate, skipped."""
     _crafted(str(tmp_path))
-    res = evaluate_megaface(None, str(tmp_path), sizes=[3], fars=FARS, features=str(tmp_path / "features"),
-                            algo="algo", device="cpu", max_rank=4, dtype="float32")
+    res = evaluate_pack(None, tmp_path, sizes=[3], fars=FARS, features=str(tmp_path / "features"), algo="algo",
+                        max_rank=4, dtype="float32")
     assert res["raw"]["cmc"]["3"] == pytest.approx([0.4, 0.6, 0.8, 1.0])
     assert res["refined"]["cmc"]["3"] == [1.0, 1.0, 1.0, 1.0]
     assert res["summary"] == {"probes": 7, "identities": 3, "mate_pairs": 10, "distractors": 3, "noisy_probes": 1,
@@ -174,8 +173,8 @@ def test_refined_features_follow_remove_noises(tmp_path):
         assert NOISE / 100 < deviation(lo) <= NOISE + 1e-6
     # the devkit's refined files, written by eval: 17 values, the last 0 for probes, 100 for a listed distractor
     _crafted(str(tmp_path))
-    evaluate_megaface(None, str(tmp_path), sizes=[3], fars=FARS, features=str(tmp_path / "features"), algo="algo",
-                      device="cpu", devkit_out=str(tmp_path / "devkit"))
+    evaluate_pack(None, tmp_path, sizes=[3], fars=FARS, features=str(tmp_path / "features"), algo="algo",
+                  devkit_out=str(tmp_path / "devkit"))
     clean = tmp_path / "devkit" / "feature_out_clean"
     x1 = read_feature(str(clean / "megaface" / "x" / "1" / "x1.jpg_algo.bin"))
     np.testing.assert_array_equal(x1, np.float32([0.9, 0.05, EXTENSION]))
@@ -330,7 +329,7 @@ def test_a_bad_testpack_is_said_line_by_line_and_the_rest_scored(image_pack, tmp
 
 
 def test_passes_mix_the_devkits_lists_and_seeded_sets():
-    from elasticface.eval.megaface import plan_passes
+    from elasticface.eval.identification.planning import plan_passes
 
     available = np.arange(0, 80, 2)  # 40 readable distractors of 80
     problems = []
@@ -372,7 +371,7 @@ def test_megaface_pack_splits_people_and_writes_the_layout(tmp_path, capsys):
     assert sorted(p.name for p in (pack / "train" / "Few_C").iterdir()) == ["Few_C_0001.jpg", "Few_C_0002.jpg"]
     assert (pack / "megaface_images" / "O" / "One_D" / "One_D_0001.jpg").is_file()
     assert not (pack / "facescrub_images" / "Many_A" / "Many_A_0005.jpg").exists()  # --max-probe-photos 4
-    from elasticface.eval.megaface_testpack import read_testpack
+    from elasticface.eval.identification.testpack import read_testpack
 
     read = read_testpack(str(pack))
     assert not read.problems and read.probe_noise.sum() == 1 and read.distractor_noise.tolist() == [False, True]
@@ -389,7 +388,7 @@ Y1 = os.environ.get("ELASTICFACE_Y1_PARAMS", "")
 def test_lfw_stand_in_with_y1(tmp_path):
     """docs/evaluation.md's stand-in, smaller (probe people with 20+ photos, 10 each): y1 finds most mates among
     LFW's 4,068 one-photo people, and MegaFace (R) (the aligner's several-face photos as noise) is not lower."""
-    from elasticface.data.megaface_pack import build_megaface_pack
+    from elasticface.eval.identification.stand_in import build_megaface_pack
 
     counts = build_megaface_pack(LFW_ALIGNED, str(tmp_path / "pack"), 20, 10)
     assert counts["probe_people"] == 62 and counts["distractors"] == 4068

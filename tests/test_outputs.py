@@ -98,14 +98,14 @@ def test_refuse_existing_names_the_folder_and_how_many_entries(tmp_path):
 
 
 def test_megaface_devkit_writer_refuses_an_entry_climbing_out_of_feature_out(tmp_path):
-    from elasticface.eval.megaface import _write_distractor_files
-    from elasticface.eval.megaface_testpack import Testpack
+    from elasticface.eval.identification.devkit_files import distractor_writer
+    from elasticface.eval.identification.testpack import Testpack
 
     devkit = tmp_path / "devkit"
     pack = Testpack(root=str(tmp_path / "pack"), probes=["A/A_1.png"], identities=["A"],
                     distractors=["0/1x0@N00/0_0.jpg", "../../evil.jpg"], probe_noise=np.zeros(1, bool),
                     distractor_noise=np.zeros(2, bool))
-    write = _write_distractor_files(str(devkit), pack, "algo")
+    write = distractor_writer(str(devkit), pack, "algo")
     with pytest.raises(BadFile, match=r"'\.\./\.\./evil\.jpg'.*outside the output folder"):
         write(np.arange(2), np.ones((2, 8), np.float32))
     assert tree(tmp_path) == [], "nothing written, inside feature_out/ or out of it"
@@ -115,7 +115,7 @@ def test_megaface_devkit_writer_refuses_an_entry_climbing_out_of_feature_out(tmp
 
 
 def test_megaface_devkit_writer_refuses_a_link_leading_out(tmp_path):
-    from elasticface.eval.megaface_features import distractor_file, write_features
+    from elasticface.eval.identification.devkit_files import distractor_file, write_features
 
     feature_out, elsewhere = tmp_path / "devkit" / "feature_out", tmp_path / "elsewhere"
     (feature_out / "megaface").mkdir(parents=True)
@@ -127,8 +127,7 @@ def test_megaface_devkit_writer_refuses_a_link_leading_out(tmp_path):
 
 
 def test_megaface_eval_with_a_crafted_testpack_writes_nothing_outside(tmp_path):
-    from elasticface.eval.megaface import evaluate_megaface
-    from helpers.megaface_files import distractor_names, probe_names, write_feature_files, write_lists
+    from helpers.megaface_files import distractor_names, evaluate_pack, probe_names, write_feature_files, write_lists
 
     probes, distractors = probe_names({"A": 3, "B": 3}), distractor_names(6)
     rng = np.random.default_rng(0)
@@ -136,8 +135,8 @@ def test_megaface_eval_with_a_crafted_testpack_writes_nothing_outside(tmp_path):
     write_lists(tmp_path / "pack", probes, [*distractors, "../../evil.jpg"])
     before = tree(tmp_path)
     with pytest.raises(BadFile, match=r"'\.\./\.\./evil\.jpg'"):
-        evaluate_megaface(None, str(tmp_path / "pack"), sizes=[3], features=str(tmp_path / "features"),
-                          algo="algo", device="cpu", devkit_out=str(tmp_path / "devkit"))
+        evaluate_pack(None, tmp_path / "pack", sizes=[3], features=str(tmp_path / "features"), algo="algo",
+                      devkit_out=str(tmp_path / "devkit"))
     assert tree(tmp_path) == before
 
 
@@ -165,7 +164,7 @@ def assert_refused_as_typed(out: subprocess.CompletedProcess, names: str) -> Non
 
 def test_megaface_pack_refuses_a_folder_with_entries_and_writes_with_overwrite(tmp_path, capsys):
     from elasticface.cli.megaface_pack import main
-    from elasticface.data.megaface_pack import build_megaface_pack
+    from elasticface.eval.identification.stand_in import build_megaface_pack
 
     faces = faces_folder(tmp_path / "faces", PEOPLE)
     out = tmp_path / "pack"

@@ -6,9 +6,24 @@ from __future__ import annotations
 import json
 import os
 import struct
+from pathlib import Path
 
 import numpy as np
+from omegaconf import OmegaConf
 from PIL import Image
+
+EVAL_YAML = Path(__file__).resolve().parents[2] / "configs" / "eval.yaml"
+
+
+def evaluate_pack(model, root, device="cpu", **keys):
+    """`evaluate_megaface` with eval.py's settings, configs/eval.yaml's `megaface` node with root= and `keys` set (the
+    node's names: sizes=, set=, features=, ...), its batch_size and flip, in-process (num_workers 0) on `device`."""
+    from elasticface.eval.identification.megaface import MegafaceSettings, evaluate_megaface
+
+    cfg = OmegaConf.load(EVAL_YAML)
+    keys = {k: list(v) if isinstance(v, tuple) else v for k, v in keys.items()}
+    settings = MegafaceSettings.from_config(OmegaConf.merge(cfg.megaface, {"root": str(root), **keys}))
+    return evaluate_megaface(model, settings, 112, int(cfg.batch_size), bool(cfg.flip), device, 0)
 
 
 def devkit_bytes(vector) -> bytes:

@@ -198,10 +198,11 @@ EVAL: dict[str, Rule] = {
                                          "the sets drawn by megaface.seed"),
     "megaface.set": Number(low=1, integer=True, words=(),
                            doc="the devkit's distractor set: megaface_features_list.json_<size>_<set>"),
-    "megaface.sizes": Numbers(Number(low=1, integer=True, words=()), doc="rank-1 at each count of distractors"),
+    "megaface.sizes": Numbers(Number(low=1, integer=True, words=()), nullable=False,
+                              doc="rank-1 at each count of distractors"),
     "megaface.seed": Number(low=0, integer=True, words=(),
                             doc="draws the distractor sets without templatelists, and (R)'s noise"),
-    "megaface.fars": _doc(Numbers(FAR), "TAR at these FAR, on the largest set"),
+    "megaface.fars": _doc(Numbers(FAR, nullable=False), "TAR at these FAR, on the largest set"),
     "megaface.max_rank": _doc(COUNT, "the CMC's length"),
     "megaface.chunk": Number(low=1, integer=True, doc="distractors scored at a time; null: 8192 on a CPU, 65536 on "
                                                       "a GPU"),

@@ -97,7 +97,7 @@ def text_lines(key: str, path: str) -> None:
 def testpack(key: str, path: str) -> None:
     """insightface's megaface_testpack_v1.0."""
     # imported here: that module imports numpy, which `--help` and the other keys' checks do without
-    from elasticface.eval.megaface_testpack import DISTRACTOR_DIR, DISTRACTOR_LIST, PROBE_DIR, PROBE_LIST
+    from elasticface.eval.identification.testpack import DISTRACTOR_DIR, DISTRACTOR_LIST, PROBE_DIR, PROBE_LIST
 
     names = _folder(key, path, "insightface's megaface_testpack_v1.0")
     need = (PROBE_DIR, DISTRACTOR_DIR, PROBE_LIST, DISTRACTOR_LIST)
@@ -110,7 +110,7 @@ def testpack(key: str, path: str) -> None:
 
 
 def templatelists(key: str, path: str) -> None:
-    from elasticface.eval.megaface_testpack import PROBE_TEMPLATES
+    from elasticface.eval.identification.testpack import PROBE_TEMPLATES
 
     names = _folder(key, path, "the MegaFace devkit's templatelists/ folder")
     if PROBE_TEMPLATES not in names:

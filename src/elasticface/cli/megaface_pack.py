@@ -2,7 +2,7 @@
 (people with many photos probe, people with one photo distract, the rest go to OUT/train/), for
 `python eval.py weights=... megaface.root=OUT`.
 
-The same command as `python -m elasticface.cli.megaface_pack`. The rule: `elasticface.data.megaface_pack`.
+The same command as `python -m elasticface.cli.megaface_pack`. The rule: `elasticface.eval.identification.stand_in`.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="write into OUT even if it already holds files (default: refuse)")
     args = parser.parse_args(argv)
     start(parser.prog, [])
-    from elasticface.data.megaface_pack import build_megaface_pack
+    from elasticface.eval.identification.stand_in import build_megaface_pack
 
     counts = build_megaface_pack(args.faces, args.out, args.min_probe_photos, args.max_probe_photos,
                                  overwrite=args.overwrite)

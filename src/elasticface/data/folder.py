@@ -1,5 +1,5 @@
 """Faces stored as image files: training faces one sub-folder per identity (`root/<identity>/<image>`),
-and unlabelled faces anywhere under a folder (`ImageFiles`, what `eval.embed` embeds).
+and unlabelled faces anywhere under a folder (`ImageFiles`, what `eval.embed` embeds and MegaFace reads).
 
 Sorted sub-folder names give labels 0..C-1, so the same folder always maps to the same classes (and
 `convert.recordio_to_folder` writes zero-padded names that sort back into the original labels).
@@ -165,19 +165,32 @@ def list_images(root: str, extensions: Sequence[str] = IMAGE_EXTENSIONS) -> list
 class ImageFiles(Dataset):
     """Item i: (uint8 [3, S, S] RGB of `root/paths[i]`, i): aligned faces to embed, no labels.
 
-    Faces of another size are an error (they were probably not aligned), or resized with `resize=True`.
+    Faces of another size are an error (they were probably not aligned), or resized with `resize=True`. With
+    `skip_unreadable` (MegaFace's million distractors) an unreadable file is item (zeros, -1 - i), so that one bad
+    image is counted and skipped instead of stopping the run, and faces of another size are resized and counted
+    (a log line at the 1st, 2nd, 4th ... time, one count per dataset: per worker).
     """
 
     def __init__(self, root: str, paths: Sequence[str], image_size: int = 112, resize: bool = False,
-                 max_pixels: int | None = None) -> None:
+                 max_pixels: int | None = None, skip_unreadable: bool = False) -> None:
         self.root, self.paths, self.image_size, self.resize = root, list(paths), image_size, resize
         self.max_pixels = check_max_pixels(max_pixels)
+        self.skip_unreadable = skip_unreadable
+        self.stats = DecodeStats()
 
     def __len__(self) -> int:
         return len(self.paths)
 
     def __getitem__(self, index: int) -> tuple[torch.Tensor, int]:
         path = os.path.join(self.root, self.paths[index])
+        if self.skip_unreadable:
+            try:
+                with open(path, "rb") as f:
+                    data = f.read()
+                return decode_image(data, image_size=self.image_size, stats=self.stats,
+                                    max_pixels=self.max_pixels), index
+            except (OSError, CorruptImageError):
+                return torch.zeros(3, self.image_size, self.image_size, dtype=torch.uint8), -1 - index
         with open(path, "rb") as f:
             data = f.read()
         try:

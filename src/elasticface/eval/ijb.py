@@ -1,5 +1,5 @@
 """IJB-B / IJB-C 1:1 template verification (the protocol of insightface's IJB evaluation), and the embedding
-and templates that 1:N identification (`eval.ijb_1n`) shares with it.
+and templates that 1:N identification (`eval.identification.ijb_1n`) shares with it.
 
 Expected layout (insightface's release of the IJB sets), with `target` IJBB or IJBC::
 
@@ -31,6 +31,7 @@ from torch import Tensor
 from torch.utils.data import Dataset
 
 from elasticface.align.template import align_face
+from elasticface.eval.identification.lists import text_lines
 from elasticface.metrics.roc import roc_curve, tar_at_fars
 from elasticface.utils.progress import Progress
 from elasticface.utils.errors import BadFile, BadValue, MissingPath
@@ -46,18 +47,14 @@ def _read_columns(path: str, columns: int, what: str) -> list[list[str]]:
     if not os.path.isfile(path):
         raise MissingPath(f"IJB: {path} not found; expected {what}")
     rows = []
-    try:
-        with open(path, encoding="utf-8") as f:
-            for lineno, line in enumerate(f, 1):
-                parts = line.split()
-                if not parts:
-                    continue
-                if len(parts) != columns:
-                    raise BadFile(f"{path}:{lineno}: expected {columns} columns ({what}), got {len(parts)}: "
-                                  f"{line.strip()[:120]!r}")
-                rows.append(parts)
-    except UnicodeDecodeError as err:
-        raise BadFile(f"{path}: not UTF-8 text ({err}); expected {what}") from err
+    for lineno, line in text_lines(path, what):
+        parts = line.split()
+        if not parts:
+            continue
+        if len(parts) != columns:
+            raise BadFile(f"{path}:{lineno}: expected {columns} columns ({what}), got {len(parts)}: "
+                          f"{line.strip()[:120]!r}")
+        rows.append(parts)
     if not rows:
         raise BadFile(f"{path}: empty; expected {what}")
     return rows
@@ -230,7 +227,7 @@ def evaluate_ijb(
     fpirs: Sequence[float] = (0.01, 0.1),
 ) -> dict[str, Any]:
     """Embed, aggregate and score an IJB set: 1:1 (`verification`: `tar` ({key: TAR}), `scores`, `labels`, `roc`)
-    and/or 1:N (`identification`: rank-N and TPIR at `fpirs`, `eval.ijb_1n`) from one embedding pass."""
+    and/or 1:N (`identification`: rank-N and TPIR at `fpirs`, `eval.identification.ijb_1n`) from one embedding pass."""
     from elasticface.eval.embedding_loop import embed_dataset
 
     meta = load_ijb_meta(root, target, pairs=verification)
@@ -253,7 +250,7 @@ def evaluate_ijb(
         out.update(tar=tar_at_fars(roc[0], roc[1], fars), scores=scores, labels=labels, roc=roc,
                    num_pairs=int(labels.shape[0]))
     if identification:
-        from elasticface.eval.ijb_1n import identification as one_to_n
+        from elasticface.eval.identification.ijb_1n import identification as one_to_n
 
         out["identification"] = one_to_n(template_ids, tfeats, os.path.join(os.path.dirname(meta.image_dir), "meta"),
                                          meta.target, fpirs)

@@ -6,12 +6,12 @@ import csv
 import json
 import logging
 import os
-import time
 from typing import Any
 
 import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
+from elasticface.eval.identification.tables import aligned
 from elasticface.utils.config import ConfigError
 from elasticface.utils.progress import Progress
 from elasticface.utils.errors import BadValue, MissingPath
@@ -81,9 +81,7 @@ def format_table(rows: list[dict[str, Any]]) -> str:
             else:
                 cells.append(str(v))
         lines.append(cells)
-    widths = [max(len(h), *(len(line[i]) for line in lines)) for i, h in enumerate(header)]
-    fmt = lambda cells: "  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(cells, widths)))  # noqa: E731
-    return "\n".join([fmt(header), fmt(["-" * w for w in widths])] + [fmt(line) for line in lines])
+    return "\n".join(aligned([header, *lines], rule=True))
 
 
 def _columns(rows: list[dict[str, Any]]) -> list[str]:
@@ -171,9 +169,11 @@ def evaluate(cfg: DictConfig, output_dir: str | None = None) -> list[dict[str, A
     blocks: dict[str, Any] = {}
     written: list[str] = []  # the files this run writes, named on its last line
     if ijb_cfg.get("root"):
-        written += _evaluate_ijb(model, ijb_cfg, image_size, kw, output_dir, rows, curves, blocks)
+        from elasticface.eval.identification.ijb_report import evaluate_ijb_config
+
+        written += evaluate_ijb_config(model, ijb_cfg, image_size, kw, output_dir, rows, curves, blocks)
     if mf_cfg.get("root"):
-        from elasticface.eval.megaface_report import FIGURE, evaluate_megaface_config
+        from elasticface.eval.identification.megaface_report import FIGURE, evaluate_megaface_config
 
         blocks["megaface"] = evaluate_megaface_config(model, mf_cfg, image_size, kw, output_dir, rows,
                                                       bool(cfg.get("plots", True)))
@@ -192,44 +192,6 @@ def evaluate(cfg: DictConfig, output_dir: str | None = None) -> list[dict[str, A
         written += _save_plots(curves, output_dir)
     print("results: " + " ".join(map(str, written)))  # every file this run wrote
     return rows
-
-
-def _evaluate_ijb(model: Any, ijb_cfg: DictConfig, image_size: int, kw: dict[str, Any], output_dir: str,
-                  rows: list[dict[str, Any]], curves: dict[str, dict[str, np.ndarray]],
-                  blocks: dict[str, Any]) -> list[str]:
-    """IJB-B/C by ijb.protocol: 1v1 (TAR at FAR), 1n (rank-N and TPIR at FPIR) or both, one table row each.
-    Returns the files written (the scores and labels with ijb.save_scores)."""
-    from elasticface.eval.ijb import evaluate_ijb
-
-    protocol = str(ijb_cfg.get("protocol", "1v1"))
-    if protocol not in ("1v1", "1n", "both"):
-        raise BadValue(f"ijb.protocol={protocol!r}: expected 1v1 (verification), 1n (identification) or both")
-    target = str(ijb_cfg.target).upper()
-    fars = [float(f) for f in ijb_cfg.fars]
-    start = time.perf_counter()
-    res = evaluate_ijb(model, str(ijb_cfg.root), target, image_size=image_size,
-                       use_detector_score=bool(ijb_cfg.use_detector_score),
-                       normalize_images=bool(ijb_cfg.normalize_images), fars=fars,
-                       identification=protocol != "1v1", verification=protocol != "1n",
-                       fpirs=[float(f) for f in ijb_cfg.get("fpirs", (0.01, 0.1))], **kw)
-    seconds = round(time.perf_counter() - start, 2)
-    written: list[str] = []
-    if protocol != "1n":
-        rows.append({"benchmark": target, "pairs": res["num_pairs"], **res["tar"], "seconds": seconds})
-        fpr, tpr, _ = res["roc"]
-        curves[target] = {"fpr": fpr, "tpr": tpr}
-        if ijb_cfg.get("save_scores"):
-            written = [os.path.join(output_dir, f"{ijb_cfg.target}_{part}.npy") for part in ("scores", "labels")]
-            np.save(written[0], res["scores"])
-            np.save(written[1], res["labels"])
-    if protocol != "1v1":
-        one_n = res["identification"]
-        rows.append({"benchmark": f"{target} 1:N", "pairs": one_n["probes"],
-                     **{k: v for k, v in one_n.items() if k.startswith(("rank", "tpir"))}, "seconds": seconds})
-        blocks["ijb_1n"] = {"target": target, **one_n}
-        for line in one_n.get("problems", []):
-            log.warning("%s 1:N: %s", target, line)
-    return written
 
 
 def _save_plots(curves: dict[str, dict[str, np.ndarray]], output_dir: str) -> list[str]:

@@ -32,10 +32,11 @@ def as_numpy(x: Any, dtype: Any = np.float64) -> np.ndarray:
     return np.asarray(x, dtype=dtype)
 
 
-def far_key(far: float) -> str:
-    """Metric name for a target FAR: 1e-3 -> 'tar_at_far_1e-3'."""
+def far_key(far: float, metric: str = "tar_at_far") -> str:
+    """Metric name for a target rate: 1e-3 -> 'tar_at_far_1e-3'; IJB 1:N's FPIR: (1e-2, 'tpir_at_fpir') ->
+    'tpir_at_fpir_1e-2'."""
     mantissa, exponent = f"{far:.0e}".split("e")
-    return f"tar_at_far_{mantissa}e{int(exponent)}"
+    return f"{metric}_{mantissa}e{int(exponent)}"
 
 
 def roc_curve(scores: Any, labels: Any, drop_intermediate: bool = True) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

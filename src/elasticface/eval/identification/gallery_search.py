@@ -19,16 +19,12 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-
-def fpir_key(fpir: float) -> str:
-    """1e-2 -> 'tpir_at_fpir_1e-2'."""
-    mantissa, exponent = f"{fpir:.0e}".split("e")
-    return f"tpir_at_fpir_{mantissa}e{int(exponent)}"
+from elasticface.eval.identification.top_scores import keep_top
+from elasticface.metrics.roc import far_key
 
 
-def gallery_search(probe_feats: np.ndarray, mates: np.ndarray, gallery_feats: np.ndarray,
-                   ranks: Sequence[int] = (1, 5, 10), fpirs: Sequence[float] = (0.01, 0.1),
-                   batch: int = 4096) -> dict[str, float]:
+def gallery_search(probe_feats: np.ndarray, mates: np.ndarray, gallery_feats: np.ndarray, *, fpirs: Sequence[float],
+                   ranks: Sequence[int] = (1, 5, 10), batch: int = 4096) -> dict[str, float]:
     """{'rank1': .., 'rank5': .., 'rank10': .., 'tpir_at_fpir_1e-2': .., ...} for probes [P, D] whose mate is
     gallery row `mates[i]`; probes are scored `batch` at a time, keeping only the non-mate scores the highest
     FPIR needs."""
@@ -51,9 +47,9 @@ def gallery_search(probe_feats: np.ndarray, mates: np.ndarray, gallery_feats: np
         above[s : s + batch] = (sim > m[:, None]).sum(1)
         sim[rows, mates_t[s : s + batch]] = -float("inf")
         non_mates = sim[torch.isfinite(sim)]
-        top = torch.topk(torch.cat([top, non_mates]), min(keep, top.numel() + non_mates.numel())).values
+        top = keep_top(top, non_mates, keep)
     out = {f"rank{k}": float((above < k).double().mean()) for k in ranks}
     for f, k in zip(fpirs, need):
         threshold = top[min(k, top.numel()) - 1] if top.numel() else -float("inf")
-        out[fpir_key(f)] = float((mate_scores > threshold).double().mean())
+        out[far_key(f, "tpir_at_fpir")] = float((mate_scores > threshold).double().mean())
     return out

@@ -1,4 +1,5 @@
-"""insightface's `megaface_testpack_v1.0` layout, and the devkit's template lists, read as data.
+"""insightface's `megaface_testpack_v1.0` layout, read as data; every name of it (the devkit's template lists'
+included) is said here once.
 
     <root>/facescrub_images/<identity>/<file>       probes (aligned 112x112)
     <root>/megaface_images/<a1>/<a2>/<file>         distractors
@@ -13,16 +14,17 @@ Lines starting with `#` are comments. What is missing or does not match is said 
 and left out; the rest is still evaluated: a list that is missing is replaced by the images its folder holds,
 a listed image that is missing is skipped, a noise line naming no listed image is counted. A list entry that leaves
 its folder (a `..` component, an absolute path, a link leading out) is refused, `BadFile` naming the list, the line
-and the entry; the file it points at is never opened.
+and the entry; the file it points at is never opened. The template lists are read by `devkit_lists`.
 """
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass, field
 
 import numpy as np
+
+from elasticface.eval.identification.lists import numbered_lines, read_lines
 from elasticface.utils.errors import BadFile, MissingPath
 
 PROBE_DIR, DISTRACTOR_DIR = "facescrub_images", "megaface_images"
@@ -50,20 +52,6 @@ class Testpack:
     @property
     def distractor_dir(self) -> str:
         return os.path.join(self.root, DISTRACTOR_DIR)
-
-
-def numbered_lines(path: str) -> list[tuple[int, str]]:
-    """(line number, line) of the non-empty lines without `#` comments, stripped; BadFile if not UTF-8 text."""
-    try:
-        with open(path, encoding="utf-8") as f:
-            return [(n, s) for n, s in enumerate((line.strip() for line in f), 1) if s and not s.startswith("#")]
-    except UnicodeDecodeError as err:
-        raise BadFile(f"{path}: not UTF-8 text ({err}); expected one entry per line") from err
-
-
-def read_lines(path: str) -> list[str]:
-    """Non-empty lines without `#` comments, stripped."""
-    return [s for _, s in numbered_lines(path)]
 
 
 def _inside(list_path: str, folder: str, image_dir: str, follow_links: bool) -> list[str]:
@@ -161,62 +149,3 @@ def read_testpack(root: str, images: bool = True) -> Testpack:
 def _unmatched(names: set[str], path: str, what: str, problems: list[str]) -> None:
     if names:
         problems.append(f"{path}: {len(names)} noise line(s) name no {what} (ignored; e.g. {sorted(names)[0]})")
-
-
-def _read_json_paths(path: str, keys: tuple[str, ...]) -> dict[str, list]:
-    try:
-        with open(path, encoding="utf-8") as f:
-            data = json.load(f)
-    except (ValueError, RecursionError) as err:  # JSONDecodeError, UnicodeDecodeError, int digits: ValueErrors
-        raise BadFile(f"{path}: not JSON text ({type(err).__name__}: {err}); expected the MegaFace devkit's "
-                      f"template list") from err
-    if not isinstance(data, dict) or any(not isinstance(data.get(k), list) for k in keys):
-        raise BadFile(f"{path}: expected a JSON object with list(s) {', '.join(map(repr, keys))} "
-                         f"(the MegaFace devkit's template list)")
-    return data
-
-
-def _match(paths: list[str], known: list[str], source: str, what: str, problems: list[str],
-           key=lambda p: p) -> list[tuple[int, int]]:
-    """(position in `paths`, row of `known`) for each devkit path found in the testpack: by its name, else by its
-    name without the extension (the devkit's lists say .png where a testpack may hold .jpg)."""
-    exact = {key(p): i for i, p in enumerate(known)}
-    stem = {os.path.splitext(key(p))[0]: i for i, p in enumerate(known)}
-    found, missing = [], []
-    for j, p in enumerate(paths):
-        i = exact.get(key(p), stem.get(os.path.splitext(key(p))[0]))
-        (missing.append(p) if i is None else found.append((j, i)))
-    if missing:
-        problems.append(f"{source}: {len(missing)} of {len(paths)} {what} not in the testpack (skipped; "
-                        f"first {missing[0]})")
-    return found
-
-
-def probe_key(path: str) -> str:
-    """'identity/file', the name facescrub_lst and the devkit use for a probe."""
-    return "/".join(path.split("/")[-2:])
-
-
-def devkit_probes(templatelists: str, pack: Testpack, problems: list[str]) -> tuple[list[int], list[str]] | None:
-    """(probe rows, identities) as the devkit's facescrub_features_list.json names them; None without it."""
-    path = os.path.join(templatelists, PROBE_TEMPLATES)
-    if not os.path.isfile(path):
-        problems.append(f"{path} missing: every listed probe is used")
-        return None
-    data = _read_json_paths(path, ("path", "id"))
-    if len(data["path"]) != len(data["id"]):
-        raise BadFile(f"{path}: {len(data['path'])} paths but {len(data['id'])} ids")
-    found = _match([str(p) for p in data["path"]], pack.probes, path, "probes", problems, key=probe_key)
-    return [row for _, row in found], [str(data["id"][j]) for j, _ in found]
-
-
-def devkit_distractors(templatelists: str, size: int, set_index: int, pack: Testpack,
-                       problems: list[str]) -> np.ndarray | None:
-    """Rows of the distractors `megaface_features_list.json_<size>_<set>` names; None without that file."""
-    path = os.path.join(templatelists, f"{DISTRACTOR_TEMPLATES}_{size}_{set_index}")
-    if not os.path.isfile(path):
-        problems.append(f"{path} missing: {size} distractors drawn by the seed instead")
-        return None
-    paths = [str(p) for p in _read_json_paths(path, ("path",))["path"]]
-    found = _match(paths, pack.distractors, path, "distractors", problems, key=distractor_key)
-    return np.asarray([row for _, row in found], dtype=np.int64)

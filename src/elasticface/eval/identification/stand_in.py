@@ -18,6 +18,8 @@ import shutil
 from collections.abc import Callable
 
 from elasticface.data.folder import IMAGE_EXTENSIONS
+from elasticface.eval.identification.testpack import (DISTRACTOR_DIR, DISTRACTOR_LIST, DISTRACTOR_NOISES, PROBE_DIR,
+                                                     PROBE_LIST, PROBE_NOISES)
 from elasticface.utils.output_paths import atomic_write, inside, refuse_existing
 from elasticface.utils.errors import BadValue, MissingPath
 
@@ -73,23 +75,23 @@ def build_megaface_pack(faces: str, out: str, min_probe_photos: int = 10, max_pr
         if len(photos) >= min_probe_photos:
             for photo in photos[:max_probe_photos]:
                 probes.append(f"{person}/{photo}")
-                _place(os.path.join(faces, person, photo), inside(out, os.path.join("facescrub_images", person, photo)))
+                _place(os.path.join(faces, person, photo), inside(out, os.path.join(PROBE_DIR, person, photo)))
                 if f"{person}/{photo}" in flagged:
                     noise_probes.append(photo)
         elif len(photos) == 1:
             name = f"{person[0]}/{person}/{photos[0]}"
             distractors.append(name)
-            _place(os.path.join(faces, person, photos[0]), inside(out, os.path.join("megaface_images", name)))
+            _place(os.path.join(faces, person, photos[0]), inside(out, os.path.join(DISTRACTOR_DIR, name)))
             if f"{person}/{photos[0]}" in flagged:
                 noise_distractors.append(name)
         else:
             for photo in photos:
                 _place(os.path.join(faces, person, photo), inside(out, os.path.join("train", person, photo)))
             train += len(photos)
-    for name, lines in (("facescrub_lst", probes), ("megaface_lst", distractors),
-                        ("facescrub_noises.txt", ["# photos the aligner chose among several faces in", *noise_probes]),
-                        ("megaface_noises.txt", ["# photos the aligner chose among several faces in",
-                                                 *noise_distractors])):
+    for name, lines in ((PROBE_LIST, probes), (DISTRACTOR_LIST, distractors),
+                        (PROBE_NOISES, ["# photos the aligner chose among several faces in", *noise_probes]),
+                        (DISTRACTOR_NOISES, ["# photos the aligner chose among several faces in",
+                                             *noise_distractors])):
         atomic_write(os.path.join(out, name), "".join(f"{line}\n" for line in lines))
     counts = {"probe_people": len({p.split("/")[0] for p in probes}), "probes": len(probes),
               "distractors": len(distractors), "probe_noises": len(noise_probes),

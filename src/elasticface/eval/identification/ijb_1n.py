@@ -6,7 +6,7 @@
 
 Each CSV has a header line, then one line per image; a template's subject is the one on its first line. The
 gallery is G1 and G2 together (insightface's ijb_1n.py); templates are built exactly as for 1:1 (media means
-summed, L2-normalised: `eval.ijb.template_features`). The rule: `metrics.ijb_1n.gallery_search`.
+summed, L2-normalised: `eval.ijb.template_features`). The rule: `gallery_search`.
 """
 
 from __future__ import annotations
@@ -16,7 +16,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from elasticface.metrics.ijb_1n import gallery_search
+from elasticface.eval.identification.gallery_search import gallery_search
+from elasticface.eval.identification.lists import text_lines
 from elasticface.utils.errors import BadFile, BadValue, MissingPath
 
 
@@ -25,23 +26,18 @@ def read_template_subjects(path: str) -> tuple[np.ndarray, np.ndarray]:
     if not os.path.isfile(path):
         raise MissingPath(f"IJB 1:N: {path} not found; expected a CSV 'TEMPLATE_ID,SUBJECT_ID,...' with a header")
     templates: dict[int, int] = {}
-    try:
-        with open(path, encoding="utf-8") as f:
-            next(f, None)
-            for lineno, line in enumerate(f, 2):
-                parts = line.strip().split(",")
-                if not parts[0]:
-                    continue
-                try:
-                    t, s = int(parts[0]), int(parts[1])
-                    if not (-(1 << 63) <= t < 1 << 63 and -(1 << 63) <= s < 1 << 63):
-                        raise ValueError("out of the int64 range")
-                except (ValueError, IndexError):
-                    raise BadFile(f"{path}:{lineno}: expected 'TEMPLATE_ID,SUBJECT_ID,...', got "
-                                  f"{line.strip()[:80]!r}") from None
-                templates.setdefault(t, s)
-    except UnicodeDecodeError as err:
-        raise BadFile(f"{path}: not UTF-8 text ({err}); expected a CSV 'TEMPLATE_ID,SUBJECT_ID,...'") from err
+    for lineno, line in text_lines(path, "a CSV 'TEMPLATE_ID,SUBJECT_ID,...'"):
+        parts = line.strip().split(",")
+        if lineno == 1 or not parts[0]:  # the header
+            continue
+        try:
+            t, s = int(parts[0]), int(parts[1])
+            if not (-(1 << 63) <= t < 1 << 63 and -(1 << 63) <= s < 1 << 63):
+                raise ValueError("out of the int64 range")
+        except (ValueError, IndexError):
+            raise BadFile(f"{path}:{lineno}: expected 'TEMPLATE_ID,SUBJECT_ID,...', got "
+                          f"{line.strip()[:80]!r}") from None
+        templates.setdefault(t, s)
     if not templates:
         raise BadFile(f"{path}: no templates listed")
     return np.array(list(templates), dtype=np.int64), np.array(list(templates.values()), dtype=np.int64)
@@ -58,7 +54,7 @@ def gallery_files(meta_dir: str, target: str) -> list[str]:
 
 
 def identification(template_ids: np.ndarray, template_feats: np.ndarray, meta_dir: str, target: str,
-                   fpirs: Sequence[float] = (0.01, 0.1)) -> dict:
+                   fpirs: Sequence[float]) -> dict:
     """Rank-1/5/10 and TPIR at `fpirs` of the mixed probes against G1 + G2, and the counts; a probe whose subject
     has no gallery template, or a template without images, is left out and said in `problems`."""
     problems: list[str] = []

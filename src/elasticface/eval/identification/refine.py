@@ -14,6 +14,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from elasticface.eval.identification.testpack import PROBE_NOISES
+
 EXTENSION = 100.0  # the extra coordinate of a noisy distractor
 NOISE = 0.001      # the half-width of the uniform noise added to a noisy probe's identity centre
 
@@ -36,7 +38,7 @@ def refine_probes(features: np.ndarray, identities: Sequence[str], noisy: np.nda
         f = feats[clean].sum(0, dtype=np.float32) + rng.uniform(-NOISE, NOISE, feats.shape[1]).astype(np.float32)
         out[i] = f / np.linalg.norm(f)
     if left and problems is not None:
-        problems.append(f"facescrub_noises.txt: {len(left)} noisy probe(s) of identities with no clean image keep "
+        problems.append(f"{PROBE_NOISES}: {len(left)} noisy probe(s) of identities with no clean image keep "
                         f"their features (e.g. {left[0]})")
     return out
 

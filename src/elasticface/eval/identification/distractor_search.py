@@ -25,6 +25,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from elasticface.eval.identification.top_scores import keep_top
+
 
 @dataclass
 class ProbeView:
@@ -123,10 +125,11 @@ def search_distractors(
     distractors: Tensor,
     order: Tensor,
     checkpoints: Sequence[int],
+    *,
+    k: int,
+    chunk: int,
     verify_at: int | None = None,
     keep_impostors: int = 0,
-    k: int = 10,
-    chunk: int = 8192,
     device: torch.device | str = "cpu",
 ) -> list[ViewResult]:
     """One pass over `distractors[order]` (any float dtype; chunks upcast to float32 on `device`).
@@ -160,8 +163,7 @@ def search_distractors(
             last_in_place = i == len(views) - 1 and in_place
             scores = product[:n_probe] if last_in_place else product.index_select(0, rows[i])
             scores = scores.mul_(2).sub_(q_norm[rows[i], None]).sub_(norm[None, :])
-            best = torch.topk(scores, min(k, scores.shape[1]), dim=1).values
-            tops[i] = torch.topk(torch.cat([tops[i], best], 1), k, dim=1).values
+            tops[i] = keep_top(tops[i], scores, k)
             if verify_at and stop <= verify_at:
                 impostors[i].add(scores)
         start = stop

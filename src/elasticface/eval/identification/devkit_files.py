@@ -7,15 +7,18 @@ features (remove_noises.py's, one coordinate longer) go to a second folder in th
 a header that does not match the file's size is refused, naming the file, never trusted for an allocation.
 A list entry whose components would put its file outside the folder (`..`, or a link leading out) is refused
 (`BadFile` naming the entry), and each file is written whole or not at all (a temporary name, renamed).
+`megaface.devkit_out=` writes both views' files (`distractor_writer`, `write_probe_files`).
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 import numpy as np
 
+from elasticface.eval.identification.refine import distractor_extension, extend
+from elasticface.eval.identification.testpack import Testpack
 from elasticface.utils.output_paths import atomic_path, inside, inside_lexically
 from elasticface.utils.errors import BadFile, BadValue
 
@@ -132,3 +135,24 @@ def read_features(paths: Sequence[str], problems: list[str], what: str,
     if out is None:
         raise BadValue(f"{what}: not one readable feature file among {len(paths)} (first: {bad[0] if bad else '-'})")
     return out, valid
+
+
+def distractor_writer(out: str, pack: Testpack, algo: str) -> Callable[[np.ndarray, np.ndarray], None]:
+    """A writer of distractor rows' devkit files: raw to <out>/feature_out, (R) to <out>/feature_out_clean."""
+    extension = distractor_extension(pack.distractor_noise)
+
+    def write(idx: np.ndarray, emb: np.ndarray) -> None:
+        names = [pack.distractors[i] for i in idx]
+        write_features([distractor_file(os.path.join(out, RAW_FOLDER), n, algo) for n in names], emb)
+        write_features([distractor_file(os.path.join(out, CLEAN_FOLDER), n, algo) for n in names],
+                       extend(emb, extension[idx]))
+
+    return write
+
+
+def write_probe_files(out: str, pack: Testpack, rows: np.ndarray, raw: np.ndarray, refined: np.ndarray,
+                      algo: str) -> None:
+    """The probe rows' devkit files: raw to <out>/feature_out, (R) to <out>/feature_out_clean."""
+    names = [pack.probes[r] for r in rows]
+    write_features([probe_file(os.path.join(out, RAW_FOLDER), n, algo) for n in names], raw)
+    write_features([probe_file(os.path.join(out, CLEAN_FOLDER), n, algo) for n in names], extend(refined, 0.0))
