@@ -63,7 +63,7 @@ TRAIN_MISTAKES = [
     (["-m", "seed=1,2", "halving.eta=1"], r"^halving\.eta=1: out of range; expected an integer >= 2"),
     (["-m", "seed=1,2", "halving.eta=2,3"], r"^halving\.eta: takes one value per sweep"),
     (["-m", "seed=1,2", "halving.eta=2", "halving.first_epochs=8"],
-     r"^halving\.first_epochs=8: not shorter than the full run \(trainer\.max_epochs=5\)"),
+     r"^halving\.first_epochs=8: not shorter than the full run \(trainer\.max_epochs=3\)"),
     (["-m", "seed=1,2", "halving.eta=2", "halving.metric=val/lfw/acc"], r"^halving\.metric=val/lfw/acc: no validation "
      r"set 'lfw'; the sets: synthetic"),
     (["-m", "hparams_search=elastic_optuna", "halving.eta=2"],

@@ -40,7 +40,7 @@ def head_text(cfg: DictConfig, head: str, s: Any) -> str:
 
 
 def data_text(name: str, datamodule: Any) -> str:
-    """`synthetic: 200 classes, 6000 images; validation synthetic (1000 pairs)`."""
+    """`synthetic: 200 classes, 4000 images; validation synthetic (1000 pairs)`."""
     train_set = getattr(datamodule, "train_set", None)
     text = name + (f": {datamodule.num_classes} classes, {len(train_set)} images" if train_set is not None else "")
     val_sets = getattr(datamodule, "val_sets", None) or {}
@@ -61,7 +61,7 @@ def batch_text(per_device: Any, trainer: pl.Trainer) -> str:
 
 
 def length_text(trainer: pl.Trainer) -> str:
-    """`5 epochs = 465 steps`; where `trainer.max_steps` ends the run first, the steps and the share of an epoch
+    """`3 epochs = 186 steps`; where `trainer.max_steps` ends the run first, the steps and the share of an epoch
     they are (`5 steps (0.05 of an epoch of 93 steps; trainer.max_steps ends it before 4 epochs)`); the steps
     alone when no epoch count bounds the run. A run shorter than the logging interval says it logs no training
     metrics (Lightning's own warning, silenced, compares one epoch's batches instead)."""
