@@ -11,13 +11,13 @@ from omegaconf import DictConfig, OmegaConf
 from elasticface.callbacks.baselines import KINDS as BASELINES, Baselines
 from elasticface.callbacks.compiled_steps import CompiledSteps
 from elasticface.callbacks.epoch_budget import EpochBudget
-from elasticface.sweeps.trial_pruning import TrialPruning
 from elasticface.callbacks.divergence import nonfinite_weights
 from elasticface.callbacks.throughput import Throughput
 from elasticface.checkpointing.run_checkpoint import RunCheckpoint
 from elasticface.finetune.config import PARTS as FINETUNE_PARTS
 from elasticface.loggers.run_names import group_choice
 from elasticface.module import FaceRecognitionModule
+from elasticface.sweeps.trial_pruning import TrialPruning
 
 log = logging.getLogger(__name__)
 

@@ -29,7 +29,6 @@ from elasticface.callbacks.model_summary import ParameterSummary
 from elasticface.callbacks.run_overview import RunOverview
 from elasticface.callbacks.step_statistics import StepStatistics
 from elasticface.callbacks.throughput import Throughput
-from elasticface.sweeps.trial_pruning import TrialPruning, trial_pruning
 from elasticface.checkpointing import resume
 from elasticface.checkpointing.atomic_save import AtomicCheckpointIO
 from elasticface.checkpointing.images_seen import ImagesSeen
@@ -38,12 +37,13 @@ from elasticface.checkpointing.preemption import Preemption
 from elasticface.data.datamodule import FaceDataModule, loader_workers
 from elasticface.finetune.config import StartWeights, resolve as resolve_finetune
 from elasticface.finetune.phases import FineTuning
-from elasticface.sweeps.optuna_study import TRIAL_KEY
 from elasticface.loggers.mlflow_logger import MLflowLogger
 from elasticface.loggers.run_names import group_choice
 from elasticface.module import FaceRecognitionModule
 from elasticface.run_summary import format_summary, make_summary
 from elasticface.scale import CLASS_COUNT, check_scale, class_count_scale
+from elasticface.sweeps.optuna_study import TRIAL_KEY
+from elasticface.sweeps.trial_pruning import TrialPruning, trial_pruning
 from elasticface.utils.config import flatten, group_choices, validate_top_level
 from elasticface.utils.console import print_config_mode, print_config_tree, quiet_library_noise, quiet_resume_noise
 from elasticface.utils.instantiators import instantiate_callbacks, instantiate_loggers

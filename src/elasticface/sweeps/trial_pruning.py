@@ -50,9 +50,10 @@ class TrialPruning(pl.Callback):
         if step not in self.reported:
             self.trial.report(float(value), step)
             self.reported.add(step)
-        if self.trial.should_prune():
+        max_epochs = trainer.max_epochs if trainer.max_epochs is not None else -1
+        last = 0 < max_epochs <= step + 1  # a trial that ran to its end completes: nothing is left to stop
+        if not last and self.trial.should_prune():
             trainer.should_stop = True
-            max_epochs = trainer.max_epochs if trainer.max_epochs is not None else -1
             self.why = (f"trial {self.trial_number}: {self.pruner_name} stopped it after epoch {step + 1}"
                         + (f" of {max_epochs}" if max_epochs > 0 else "") + f" ({METRIC} {100 * float(value):.2f}%)")
             log.info("%s", self.why)
