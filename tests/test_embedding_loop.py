@@ -5,31 +5,25 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from torch.utils.data import Dataset
 
 from elasticface.data.faults import DroppedRecord
+from elasticface.data.pairs import TensorPairSet
 from elasticface.eval.baselines import pixel_baseline
 from elasticface.eval.embedding_loop import embed_dataset
 from elasticface.metrics.verification import VerificationAccuracy
 
 
-class Pairs(Dataset):
-    """40 images, 20 pairs, each item (uint8 [3, 8, 8], index): the PairSet interface."""
+class Pairs(TensorPairSet):
+    """40 images, 20 pairs, each item (uint8 [3, 8, 8], index)."""
 
     def __init__(self) -> None:
         gen = torch.Generator().manual_seed(0)
         base = torch.randint(0, 256, (10, 3, 8, 8), generator=gen)
         noise = torch.randint(-40, 41, (40, 3, 8, 8), generator=gen)
-        self.issame = [i % 2 == 0 for i in range(20)]
+        issame = [i % 2 == 0 for i in range(20)]
         # same pairs share a base face; different pairs do not
-        ids = [b for i in range(20) for b in ((i // 2, i // 2) if self.issame[i] else (i % 10, (i + 3) % 10))]
-        self.images = (base[ids] + noise).clamp(0, 255).to(torch.uint8)
-
-    def __len__(self) -> int:
-        return len(self.images)
-
-    def __getitem__(self, i: int):
-        return self.images[i], i
+        ids = [b for i in range(20) for b in ((i // 2, i // 2) if issame[i] else (i % 10, (i + 3) % 10))]
+        super().__init__("toy", (base[ids] + noise).clamp(0, 255).to(torch.uint8), issame)
 
 
 def test_pixel_baseline_is_the_protocol_on_normalised_pixels():

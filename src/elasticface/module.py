@@ -236,7 +236,8 @@ class FaceRecognitionModule(pl.LightningModule):
         for name, pairs in (getattr(datamodule, "val_sets", None) or {}).items():
             if name not in self.val_metrics:
                 allow_partial = partial_validation(self.trainer)
-                self.val_metrics[name] = VerificationAccuracy(pairs.issame, allow_partial=allow_partial)
+                self.val_metrics[name] = VerificationAccuracy(pairs.issame, allow_partial=allow_partial,
+                                                              image_of=pairs.image_of)
 
     def validation_step(self, batch: tuple[Tensor, Tensor], batch_idx: int, dataloader_idx: int = 0) -> None:
         images, indices = batch

@@ -60,7 +60,7 @@ class Baselines(pl.Callback):
             flip = kind == "start" and bool(pl_module.hparams.get("val_flip", True))
             what = {"pixel": "raw pixels", "eigenface": "eigenfaces",
                     "start": "the loaded weights" + (" with flip" if flip else "")}[kind]
-            with Progress(f"baseline {kind}: {what} on {name}", 2 * pairs.num_pairs) as progress:
+            with Progress(f"baseline {kind}: {what} on {name}", len(pairs.distinct_images())) as progress:
                 if kind == "pixel":
                     scores[name] = pixel_baseline(pairs, progress=progress.advance)
                 elif kind == "eigenface":

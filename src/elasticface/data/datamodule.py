@@ -218,8 +218,9 @@ class FaceDataModule(pl.LightningDataModule):
                                   collate_fn=collate_faces, **self.loader_kwargs())
 
     def val_dataloader(self) -> list[DataLoader]:
-        return [DataLoader(pairs, batch_size=self.val_batch_size, shuffle=False, **self.loader_kwargs())
-                for pairs in self.val_sets.values()]
+        """Each set's distinct images once (the module's metrics give every stored copy its embedding)."""
+        return [DataLoader(pairs.distinct_images(), batch_size=self.val_batch_size, shuffle=False,
+                           **self.loader_kwargs()) for pairs in self.val_sets.values()]
 
     def on_after_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
         images, rest = batch[0], tuple(batch[1:])

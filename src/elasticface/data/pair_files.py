@@ -56,6 +56,13 @@ class EncodedPairSet(PairSet):
             where = self.images[index] if isinstance(self.images[index], str) else self.source or "memory"
             raise BadFile(f"{where}: pair set '{self.name}': image {index} is unreadable: {exc}") from exc
 
+    def image_key(self, index: int) -> bytes | str:
+        """The bytes a `.bin` stores or an array's, without decoding; a file's path (the same path, the same image)."""
+        item = self.images[index]
+        if isinstance(item, str):
+            return os.path.realpath(item)
+        return repr(item.shape).encode() + item.tobytes() if isinstance(item, np.ndarray) else bytes(item)
+
     def raw(self, index: int) -> bytes:
         """The encoded bytes of image `index` (what a `.bin` stores)."""
         item = self.images[index]

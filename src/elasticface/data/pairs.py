@@ -2,13 +2,19 @@
 
 Every evaluation source (insightface `.bin` files and pairs lists: `elasticface.data.pair_files`; the
 synthetic faces) becomes a `PairSet`, so the verification code never needs to know where the pairs came from.
+
+A pair set stores each pair's two images, so a face in several pairs is stored several times (lfw.bin: 12,000
+stored, 7,701 distinct). `distinct_images` is the set with each face once: every pass embeds those, and the
+verification metric (`image_of`) gives each stored image its first copy's embedding.
 """
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import torch
-from torch.utils.data import Dataset
+from torch.utils.data import Dataset, Subset
 from elasticface.utils.errors import BadValue
 
 
@@ -28,6 +34,20 @@ class PairSet(Dataset):
 
     def load_image(self, index: int) -> torch.Tensor:
         raise NotImplementedError
+
+    def image_key(self, index: int) -> bytes | str:
+        """What two stored images share exactly when they are the same image (their bytes, here decoded)."""
+        return self.load_image(index).numpy().tobytes()
+
+    @functools.cached_property
+    def image_of(self) -> np.ndarray:
+        """For each stored image, the index of the first stored image equal to it."""
+        first: dict[bytes | str, int] = {}
+        return np.array([first.setdefault(self.image_key(i), i) for i in range(len(self))], dtype=np.int64)
+
+    def distinct_images(self) -> Subset:
+        """The stored images with each one once (items `(image, its index in the set)`), in the set's order."""
+        return Subset(self, np.flatnonzero(self.image_of == np.arange(len(self))).tolist())
 
     def __getitem__(self, index: int) -> tuple[torch.Tensor, int]:
         return self.load_image(index), index

@@ -75,12 +75,14 @@ def evaluate_pair_set(
     far_target: float = 1e-3,
     progress: Callable[[int], None] | None = None,
 ) -> tuple[dict[str, float], dict[str, np.ndarray]]:
-    """The verification protocol on a `PairSet`: (scalar results, curves for plots).
+    """The verification protocol on a `PairSet`: (scalar results, curves for plots). Each distinct image is embedded
+    once (a face in several pairs is stored several times).
 
     Every pair is embedded by this process, so the metric never syncs: under DDP only global rank 0 scores the
     baselines, and a gather the other ranks never join would wait for ever."""
-    emb, idx = embed_dataset(model, pairs, batch_size, flip, device, num_workers, progress)
-    metric = VerificationAccuracy(pairs.issame, num_folds=num_folds, far_target=far_target, sync_on_compute=False)
+    emb, idx = embed_dataset(model, pairs.distinct_images(), batch_size, flip, device, num_workers, progress)
+    metric = VerificationAccuracy(pairs.issame, num_folds=num_folds, far_target=far_target, sync_on_compute=False,
+                                  image_of=pairs.image_of)
     metric.update(emb, idx)
     result = {k: float(v) for k, v in metric.compute().items()}
     return result, metric.roc_data()

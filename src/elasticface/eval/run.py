@@ -159,7 +159,9 @@ def evaluate(cfg: DictConfig, output_dir: str | None = None) -> list[dict[str, A
     rows: list[dict[str, Any]] = []
     curves: dict[str, dict[str, np.ndarray]] = {}
     for name, pairs in sets.items():
-        with Progress(f"{name}: embedding the faces of {pairs.num_pairs:,} pairs", len(pairs)) as progress:
+        distinct = len(pairs.distinct_images())
+        with Progress(f"{name}: embedding the {distinct:,} distinct faces of {pairs.num_pairs:,} pairs", distinct) \
+                as progress:
             result, roc = evaluate_pair_set(model, pairs, num_folds=int(cfg.num_folds),
                                             far_target=float(cfg.far_target), progress=progress.advance, **kw)
             seconds = round(progress.done(), 2)

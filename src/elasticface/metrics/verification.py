@@ -232,9 +232,14 @@ class VerificationAccuracy(Metric):
     is_differentiable = False
 
     def __init__(self, issame: Sequence[bool] | np.ndarray | Tensor, num_folds: int = 10, far_target: float = 1e-3,
-                 allow_partial: bool = False, **kwargs: Any) -> None:
+                 allow_partial: bool = False, image_of: np.ndarray | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.issame = as_numpy(issame, dtype=bool).reshape(-1)
+        # a pair set's `image_of` (data/pairs.py): only its distinct images need embedding, each stored image
+        # takes the embedding of its first copy
+        self.image_of = None if image_of is None else np.asarray(image_of, dtype=np.int64).reshape(-1)
+        if self.image_of is not None and self.image_of.shape[0] != self.num_images:
+            raise ValueError(f"image_of has {self.image_of.shape[0]} entries for {self.num_images} images")
         self.num_folds = num_folds
         self.far_target = far_target
         # partial validation (fast_dev_run, overfit_batches, limit_val_batches) scores the complete pairs it has
@@ -270,6 +275,13 @@ class VerificationAccuracy(Metric):
             raise ValueError(f"VerificationAccuracy: image indices must lie in [0, {n}), "
                              f"got min {unique[0]} max {unique[-1]}")
         issame = self.issame
+        emb = emb[first]  # np.unique sorts, so row i is image unique[i]
+        if self.image_of is not None:
+            row = np.full(n, -1, dtype=np.int64)
+            row[unique] = np.arange(unique.shape[0])
+            rows = row[self.image_of]
+            unique = np.flatnonzero(rows >= 0)
+            emb = emb[rows[unique]]
         if unique.shape[0] != n:
             missing = np.setdiff1d(np.arange(n), unique)
             if not self.allow_partial:
@@ -278,8 +290,7 @@ class VerificationAccuracy(Metric):
                     f"(first missing indices {missing[:10].tolist()}); "
                     f"every image 0..{n - 1} must be passed to update()"
                 )
-            return self._partial(emb[first], unique)
-        emb = emb[first]  # np.unique sorts, so row i is image i
+            return self._partial(emb, unique)
         self._result_cache = self._evaluate(emb, issame)
         return self._result_cache
 
