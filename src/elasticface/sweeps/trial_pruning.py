@@ -47,12 +47,15 @@ class TrialPruning(pl.Callback):
         if trainer.sanity_checking or self.trial is None or value is None or not math.isfinite(float(value)):
             return
         step = trainer.current_epoch  # Optuna's pruners count steps from 0
-        if step not in self.reported:
-            self.trial.report(float(value), step)
-            self.reported.add(step)
         max_epochs = trainer.max_epochs if trainer.max_epochs is not None else -1
         last = 0 < max_epochs <= step + 1  # a trial that ran to its end completes: nothing is left to stop
-        if not last and self.trial.should_prune():
+        prune = False
+        if trainer.is_global_zero:  # one report per epoch, one decision that every DDP process follows
+            if step not in self.reported:
+                self.trial.report(float(value), step)
+                self.reported.add(step)
+            prune = not last and self.trial.should_prune()
+        if trainer.strategy.broadcast(prune, src=0):
             trainer.should_stop = True
             self.why = (f"trial {self.trial_number}: {self.pruner_name} stopped it after epoch {step + 1}"
                         + (f" of {max_epochs}" if max_epochs > 0 else "") + f" ({METRIC} {100 * float(value):.2f}%)")
