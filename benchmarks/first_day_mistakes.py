@@ -95,6 +95,9 @@ EVAL_MISTAKES = [
     ([f"weights={Y1}", "megaface.root=empty"], r"^megaface\.root=empty: no facescrub_images, megaface_images"),
     ([f"weights={Y1}", "megaface.root=pack", "megaface.sizes=[abc]"],
      r"^megaface\.sizes=\['abc'\]: 'abc' is not an integer >= 1"),
+    ([f"weights={Y1}", "tinyface.root=empty"],
+     r"^tinyface\.root=empty: no Probe/, Gallery_Match/, Gallery_Distractor/ there"),
+    ([f"weights={Y1}", "tinyface.root=pack/tinyface"], r"pack/tinyface/Gallery_Distractor: no images"),
     ([f"weights={Y1}", "ijb.root=empty"], r"^ijb\.root=empty: no meta/ folder"),
     ([f"weights={Y1}", "ijb.root=pack/ijb", "ijb.protocol=1:n"],
      r"^ijb\.protocol='1:n': expected one of 1v1, 1n, both"),
@@ -110,6 +113,7 @@ EVAL_MISTAKES = [
 TOOL_MISTAKES = [
     ("megaface_pack", ["nowhere", "out"], r"nowhere"),
     ("megaface_pack", ["people", "pack"], r"^people: no <person>/<image> folders"),
+    ("tinyface_pack", ["people", "pack"], r"^people: no <person>/<image> folders"),
     ("convert", ["folder2rec", "nowhere", "out"], r"nowhere"),
     ("convert", ["pairs2bin", "notes.txt", "people", "out.bin"], r"notes\.txt"),
     ("embed", ["--weights", "notes.txt", "--images", "people", "--out", "e.npy"], r"notes\.txt"),
@@ -137,6 +141,10 @@ def make_workdir(path: Path) -> Path:
         (path / "pack" / name).mkdir(parents=True)
     for name in ("facescrub_lst", "megaface_lst"):
         (path / "pack" / name).write_text("")
+    for name in ("Probe/1_1.jpg", "Gallery_Match/1_2.jpg"):  # a TinyFace split whose distractors are missing
+        (path / "pack" / "tinyface" / name).parent.mkdir(parents=True, exist_ok=True)
+        (path / "pack" / "tinyface" / name).write_bytes((path / "face.jpg").read_bytes())
+    (path / "pack" / "tinyface" / "Gallery_Distractor").mkdir()
     return path
 
 

@@ -289,8 +289,8 @@ def test_eval_megaface_end_to_end(image_pack, tmp_path, capsys, caplog):
     assert "MegaFace (R)" in out and "rank-1 %" in out and "TAR % at 24" in out
     said = [r.getMessage() for r in caplog.records]  # each embedding pass says how far it is, then its total
     for folder, count in (("facescrub_images", 9), ("megaface_images", 24)):
-        assert any(line.startswith(f"megaface: embedding the images under {image_pack / 'pack' / folder}: {count} "
-                                   "images in ") for line in said), said
+        assert any(line.startswith(f"megaface: embedding the {count} images under {image_pack / 'pack' / folder}: "
+                                   f"{count} images in ") for line in said), said
     impostors = block["raw"]["impostor_pairs"]  # every (probe, distractor) pair of the 24: a FAR below 1/that is marked
     assert 0 < impostors <= 65 * 24 and "FAR 1e-06*" in out
     assert f"* {impostors:,} impostor pairs, fewer than 1/FAR: the TAR is at a threshold of the highest" in out

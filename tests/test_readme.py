@@ -68,15 +68,15 @@ FETCHED_DATA = ("lfw/", "lfw_aligned/", "cfp-dataset/", "LFW_PHOTOS", "data.val_
                 "logs/cfp_finetune/",
                 # CFP's people at low resolution (elasticface-convert lowres of the aligned photos, docs/finetune.md)
                 "cfp_lowres",
-                # the MegaFace stand-in built from LFW's aligned faces (docs/evaluation.md)
-                "lfw_megaface")
+                # the MegaFace and TinyFace stand-ins built from LFW's aligned faces (docs/evaluation.md)
+                "lfw_megaface", "lfw_16_32", "lfw_tinyface")
 #: insightface's y1 as its zip unpacks: the test puts there the small y1 that MXNet itself wrote (tests/data/mxnet)
 Y1_DIR = "model-y1-test2"
 #: overrides that mean a command needs a GPU, a cluster or data that cannot exist here: composed with --cfg job
 #: (`backbone=iresnet100`, or a job whose weights= is the released iresnet100: a Hydra job on it takes half an
 #: hour of this CPU; its released file still loads for real in the embed command, see `released_backbone`)
 NEEDS_MORE = ("trainer=gpu", "trainer=ddp", "launcher=slurm", "experiment=ms1mv2", "experiment=casia",
-              "experiment=released/", "ijb.root=", "megaface.root=", "backbone=iresnet100",
+              "experiment=released/", "ijb.root=", "megaface.root=", "tinyface.root=", "backbone=iresnet100",
               "weights=295672backbone.pth")
 #: the official ElasticFace release the README names: the test writes one in its layout (tests/helpers)
 RELEASED = "295672backbone.pth"

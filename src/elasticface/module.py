@@ -26,7 +26,7 @@ from elasticface.utils.distributed import rank_and_world
 from elasticface.data.faults import too_small_to_train
 from elasticface.heads.base import MarginHead
 from elasticface.margin_schedule import MarginSchedule
-from elasticface.metrics.verification import VerificationAccuracy, flip_fused_embeddings
+from elasticface.metrics.verification import CPU_MICRO_BATCH, VerificationAccuracy, flip_fused_embeddings
 from elasticface.utils.lightning_private import attached_trainer
 from elasticface.utils.speed import (CompiledCalls, backbone_family, check_channels_last_setting,
                                      check_compile_backend, check_compile_mode, check_compile_setting,
@@ -242,7 +242,10 @@ class FaceRecognitionModule(pl.LightningModule):
     def validation_step(self, batch: tuple[Tensor, Tensor], batch_idx: int, dataloader_idx: int = 0) -> None:
         images, indices = batch
         name = list(self.val_metrics.keys())[dataloader_idx]
-        self.val_metrics[name].update(flip_fused_embeddings(self.embed, images, self.hparams.val_flip), indices)
+        # an eager CPU pass embeds a few faces at a time (in cache); a compiled backbone keeps the batch's shape
+        micro_batch = CPU_MICRO_BATCH if images.device.type == "cpu" and self.compiled_calls is None else None
+        self.val_metrics[name].update(flip_fused_embeddings(self.embed, images, self.hparams.val_flip, micro_batch),
+                                      indices)
 
     def on_validation_epoch_end(self) -> None:
         if not len(self.val_metrics):

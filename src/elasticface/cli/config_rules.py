@@ -214,6 +214,12 @@ EVAL: dict[str, Rule] = {
     "megaface.algo": Name("a name", doc="the <algo> of the <image>_<algo>.bin feature files"),
     "megaface.devkit_out": Name("a folder to write", nullable=True,
                                 doc="also write the devkit's feature files into <devkit_out>/feature_out(_clean)"),
+    "tinyface.root": PathOf("TinyFace's test split (Probe/, Gallery_Match/, Gallery_Distractor/)", layouts.tinyface,
+                            doc="evaluate TinyFace: the folder holding Probe/, Gallery_Match/ and Gallery_Distractor/, "
+                                "or with them in aligned_pad_0.1_pad_high/ (AdaFace's aligned copy) or "
+                                "tinyface/Testing_Set/"),
+    "tinyface.ranks": Numbers(Number(low=1, integer=True, words=()), nullable=False,
+                              doc="the identification rates reported, and the CMC to the largest"),
 }
 EVAL = {k: v for k, v in EVAL.items() if v is not None}
 
@@ -224,13 +230,14 @@ def _set(cfg: DictConfig, key: str) -> bool:
 
 def eval_inputs(cfg: DictConfig) -> None:
     """eval.py needs something to evaluate, and a model unless it scores MegaFace feature files alone."""
-    inputs = ("data.val_root", "pairs_file", "ijb.root", "megaface.root")
+    inputs = ("data.val_root", "pairs_file", "ijb.root", "tinyface.root", "megaface.root")
     if not any(_set(cfg, key) for key in inputs):
         raise BadValue(f"nothing to evaluate: set one of {', '.join(k + '=...' for k in inputs)} (a folder of .bin "
-                       f"sets, a pairs list with image_root=, insightface's IJB folder, a MegaFace testpack)")
+                       f"sets, a pairs list with image_root=, insightface's IJB folder, TinyFace's test split, a "
+                       f"MegaFace testpack)")
     if _set(cfg, "pairs_file") and not _set(cfg, "image_root"):
         raise BadValue("pairs_file= needs image_root= (the folder its paths are relative to)")
-    features_only = _set(cfg, "megaface.features") and not any(_set(cfg, k) for k in inputs[:3])
+    features_only = _set(cfg, "megaface.features") and not any(_set(cfg, k) for k in inputs[:4])
     if not _set(cfg, "weights") and not features_only:
         raise BadValue("weights: no model file; give weights=<file> (a .ckpt, a backbone .pth/.pt, insightface's "
                        "MXNet model-0000.params, TorchScript or .onnx)")

@@ -109,6 +109,14 @@ def testpack(key: str, path: str) -> None:
                           f"megaface_testpack_v1.0 ({', '.join(need)}), or elasticface-megaface-pack's output")
 
 
+def tinyface(key: str, path: str) -> None:
+    """TinyFace's test split: Probe/, Gallery_Match/, Gallery_Distractor/ there, in AdaFace's aligned copy or in
+    tinyface/Testing_Set/, each holding an image."""
+    from elasticface.eval.identification.tinyface import check_split
+
+    check_split(path)
+
+
 def templatelists(key: str, path: str) -> None:
     from elasticface.eval.identification.testpack import PROBE_TEMPLATES
 

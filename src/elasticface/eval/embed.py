@@ -95,8 +95,10 @@ def load_model_file(path: str, device: str | torch.device = "auto", backbone: st
     """An embedding function from any model file, its type detected: a Lightning checkpoint, a backbone
     state_dict (.pth/.pt as insightface and ElasticFace release them; ``backbone`` names the architecture,
     else it is inferred), a TorchScript file (only with ``allow_torchscript``: it is a program) or an ONNX
-    file (onnxruntime). A torch model runs in the memory layout of ``channels_last`` (see in_layout)."""
+    file (onnxruntime). A torch model runs in the memory layout of ``channels_last`` (see in_layout), on a CPU with
+    its BatchNorms folded into the convolutions (`for_cpu_inference`: ONNX Runtime's pace, the same embeddings)."""
     from elasticface.backbones.weights import file_kind
+    from elasticface.eval.folded_batch_norm import for_cpu_inference
 
     device = resolve_device(device)
     kind = file_kind(path)
@@ -115,11 +117,12 @@ def load_model_file(path: str, device: str | torch.device = "auto", backbone: st
         if backbone:
             log.info("%s: a Lightning checkpoint, which names its own backbone; the backbone option is not used", path)
         module = load_module(path, map_location=device)
-        return in_layout(ModuleEmbedder(module), module.hparams.backbone.get("name"), device, channels_last)
+        embedder = for_cpu_inference(ModuleEmbedder(module), device)
+        return in_layout(embedder, module.hparams.backbone.get("name"), device, channels_last)
     from elasticface.backbones.from_weights import backbone_from_weights
 
     model, report = backbone_from_weights(path, backbone, embedding_size, say=print)
-    return in_layout(model, report.layout, device, channels_last)
+    return in_layout(for_cpu_inference(model, device), report.layout, device, channels_last)
 
 
 def in_layout(model: nn.Module, architecture: str, device: torch.device, setting: bool | str = "auto") -> nn.Module:

@@ -15,7 +15,7 @@ from torch.utils.data import DataLoader, Dataset
 
 from elasticface.data import transforms
 from elasticface.utils.requirements import check_cuda_request
-from elasticface.metrics.verification import VerificationAccuracy, flip_fused_embeddings
+from elasticface.metrics.verification import CPU_MICRO_BATCH, VerificationAccuracy, flip_fused_embeddings
 from elasticface.utils.errors import BadValue
 
 Embedder = Callable[[Tensor], Tensor]
@@ -49,10 +49,11 @@ def embed_dataset(
     loader = DataLoader(dataset, batch_size=batch_size, shuffle=False, num_workers=num_workers,
                         pin_memory=device.type == "cuda")
     embeddings, indices = [], []
+    micro_batch = CPU_MICRO_BATCH if device.type == "cpu" else None
     try:
         for images, idx in loader:
             x = transforms.normalize(images.to(device, non_blocking=True))
-            embeddings.append(flip_fused_embeddings(model, x, flip).cpu())
+            embeddings.append(flip_fused_embeddings(model, x, flip, micro_batch).cpu())
             indices.append(torch.as_tensor(idx).long())
             if progress is not None:
                 progress(len(images))

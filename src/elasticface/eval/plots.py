@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import textwrap
-from typing import Mapping
+from typing import Mapping, Sequence
 
 import matplotlib
 
@@ -104,5 +104,19 @@ def identification_figure(views: Mapping[str, Mapping[str, object]], title: str 
         set_title(ax, f"{title}: {sub}")
         if views:
             ax.legend(loc="lower right" if sub != "rank-1" else "lower left")
+    fig.tight_layout()
+    return fig
+
+
+def cmc_figure(curves: Mapping[str, Sequence[float]], title: str = "CMC") -> Figure:
+    """Identification rate (percent) against rank, one line per curve (`{name: [% at rank 1, 2, ...]}`)."""
+    fig, ax = plt.subplots(figsize=(5, 4), dpi=100)
+    for name, curve in curves.items():
+        ax.plot(range(1, len(curve) + 1), list(curve), marker="o", markersize=3, label=name)
+    ax.set_xlabel("rank")
+    ax.set_ylabel("identification rate (%)")
+    ax.grid(True, which="both", alpha=0.3)
+    set_title(ax, title)
+    ax.legend(loc="lower right")
     fig.tight_layout()
     return fig

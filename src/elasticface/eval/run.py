@@ -20,7 +20,7 @@ log = logging.getLogger(__name__)
 
 
 NOTHING = ("nothing to evaluate: set data.val_root=<folder with .bin sets>, pairs_file=... image_root=..., "
-           "ijb.root=... and/or megaface.root=...")
+           "ijb.root=..., megaface.root=... and/or tinyface.root=...")
 
 
 def _output_dir(cfg: DictConfig, output_dir: str | None) -> str:
@@ -137,13 +137,16 @@ def evaluate(cfg: DictConfig, output_dir: str | None = None) -> list[dict[str, A
     output_dir = _output_dir(cfg, output_dir)
     ijb_cfg = cfg.get("ijb") or {}
     mf_cfg = cfg.get("megaface") or {}
+    tf_cfg = cfg.get("tinyface") or {}
     data = cfg.get("data") or {}
-    if not data.get("val_root") and not cfg.get("pairs_file") and not ijb_cfg.get("root") and not mf_cfg.get("root"):
+    identification = ijb_cfg.get("root") or mf_cfg.get("root") or tf_cfg.get("root")
+    if not data.get("val_root") and not cfg.get("pairs_file") and not identification:
         raise ConfigError(NOTHING)
     device = resolve_device(cfg.get("device", "auto"))
     # MegaFace from gen_megaface.py's feature files alone needs no model
     features_only = (bool(mf_cfg.get("features")) and not cfg.get("weights")
-                     and not (data.get("val_root") or cfg.get("pairs_file") or ijb_cfg.get("root")))
+                     and not (data.get("val_root") or cfg.get("pairs_file") or ijb_cfg.get("root")
+                              or tf_cfg.get("root")))
     model_file, model, image_size = None, None, 112
     if not features_only:
         model_file = one_model_file(cfg.get("weights"))
@@ -153,7 +156,7 @@ def evaluate(cfg: DictConfig, output_dir: str | None = None) -> list[dict[str, A
                                 channels_last=cfg.get("channels_last", "auto"))
         image_size = input_size(data.get("image_size"), model, model_file)
     sets = verification_sets(cfg, image_size)  # read once the model file is known to be usable
-    if not sets and not ijb_cfg.get("root") and not mf_cfg.get("root"):
+    if not sets and not identification:
         raise ConfigError(NOTHING)
     kw = dict(batch_size=int(cfg.batch_size), flip=bool(cfg.flip), device=device, num_workers=int(cfg.num_workers))
     rows: list[dict[str, Any]] = []
@@ -180,6 +183,12 @@ def evaluate(cfg: DictConfig, output_dir: str | None = None) -> list[dict[str, A
         blocks["megaface"] = evaluate_megaface_config(model, mf_cfg, image_size, kw, output_dir, rows,
                                                       bool(cfg.get("plots", True)))
         written += [os.path.join(output_dir, FIGURE)] if cfg.get("plots", True) else []
+    if tf_cfg.get("root"):
+        from elasticface.eval.identification.tinyface_report import evaluate_tinyface_config
+
+        blocks["tinyface"], figure = evaluate_tinyface_config(model, tf_cfg, image_size, kw, output_dir, rows,
+                                                              bool(cfg.get("plots", True)))
+        written += figure
 
     meta = {"weights": model_file, "flip": bool(cfg.flip), "config": OmegaConf.to_container(cfg, resolve=False)}
     written += write_results(rows, output_dir, meta, blocks)

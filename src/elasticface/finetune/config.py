@@ -4,7 +4,7 @@ rewrite the parts and the weights file make (before anything is built)."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -24,7 +24,7 @@ def with_recipe(overrides: Sequence[str]) -> list[str]:
     """`overrides` with `finetune=recipe` added when they name weights to start from (`weights=<file>`) and choose
     no `finetune` option themselves (`finetune=none` keeps the from-scratch settings). Hydra cannot choose a group
     option by a value, so the command line says it: `--cfg job`, the run's overrides and its config show it."""
-    keys = {arg.lstrip("+~").split("=", 1)[0] for arg in overrides if not arg.startswith("-")}
+    keys = typed_keys(arg for arg in overrides if not arg.startswith("-"))
     weights = [i for i, arg in enumerate(overrides) if arg.startswith("weights=")]
     if "finetune" in keys or not any(overrides[i].split("=", 1)[1].strip() not in ("", "null", "None")
                                      for i in weights):
@@ -63,16 +63,29 @@ def typed_over_recipe(overrides: Sequence[str], recipe: DictConfig) -> dict[str,
     return typed
 
 
-def say_typed_over_recipe() -> None:
-    """One line when keys typed on the command line replace the recipe's values (they win, as any override)."""
+def recipe_overrides() -> list[str] | None:
+    """The command line's overrides of a run of the recipe (`finetune=recipe`, what `weights=` selects); None for any
+    other run, or outside a Hydra job."""
     from hydra.core.hydra_config import HydraConfig
 
+    if not HydraConfig.initialized() or HydraConfig.get().runtime.choices.get("finetune") != RECIPE:
+        return None
+    return list(HydraConfig.get().overrides.task)
+
+
+def typed_keys(overrides: Iterable[str]) -> set[str]:
+    """The keys an override list sets (`+key=`, `~key` and `key=` alike)."""
+    return {arg.lstrip("+~").split("=", 1)[0] for arg in overrides}
+
+
+def say_typed_over_recipe() -> None:
+    """One line when keys typed on the command line replace the recipe's values (they win, as any override)."""
     from elasticface.utils.config import config_dir
 
-    if not HydraConfig.initialized() or HydraConfig.get().runtime.choices.get("finetune") != RECIPE:
+    overrides = recipe_overrides()
+    if overrides is None:
         return
-    typed = typed_over_recipe(HydraConfig.get().overrides.task, OmegaConf.load(config_dir() / "finetune" /
-                                                                                f"{RECIPE}.yaml"))
+    typed = typed_over_recipe(overrides, OmegaConf.load(config_dir() / "finetune" / f"{RECIPE}.yaml"))
     if typed:
         log.info("finetune=%s: typed %s, in place of the recipe's %s", RECIPE,
                  ", ".join(f"{k}={v[0]}" for k, v in typed.items()),

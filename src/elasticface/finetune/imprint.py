@@ -17,6 +17,7 @@ from torch.nn import functional as F
 
 from elasticface.data import transforms
 from elasticface.data.faults import DroppedRecord
+from elasticface.metrics.verification import CPU_MICRO_BATCH, flip_fused_embeddings
 from elasticface.utils.errors import BadValue
 
 KEY = "finetune.imprint_centers"
@@ -30,11 +31,11 @@ def _class_name(train_set: Any, label: int) -> str:
 @torch.no_grad()
 def class_means(embed: Callable[[Tensor], Tensor], train_set: Any, num_classes: int, batch_size: int = 128,
                 image_size: int | None = None, device: str | torch.device = "cpu",
-                progress: Callable[[int], None] | None = None) -> Tensor:
+                progress: Callable[[int], None] | None = None, micro_batch: int | None = None) -> Tensor:
     """[C, D] float32: per class, the L2-normalised mean of its faces' L2-normalised embeddings. Items of
     `train_set` are `(uint8 [3, H, W], label)` (a `DroppedRecord` is skipped); `image_size` resizes as training
-    does; `progress` is called with each batch's size. A class without a single readable face is an error naming
-    it and the key."""
+    does; `micro_batch` faces are embedded at a time (`flip_fused_embeddings`); `progress` is called with each batch's
+    size. A class without a single readable face is an error naming it and the key."""
     labels = getattr(train_set, "labels", None)
     if labels is not None:
         counts = torch.bincount(torch.as_tensor(labels, dtype=torch.long), minlength=num_classes)
@@ -51,7 +52,7 @@ def class_means(embed: Callable[[Tensor], Tensor], train_set: Any, num_classes: 
         x = transforms.normalize(torch.stack(list(images)).to(device))
         if image_size is not None:
             x = transforms.resize(x, image_size)
-        emb = F.normalize(embed(x).float(), dim=1).cpu()
+        emb = F.normalize(flip_fused_embeddings(embed, x, False, micro_batch), dim=1).cpu()
         if sums is None:
             sums = torch.zeros(num_classes, emb.shape[1])
         index = torch.as_tensor(batch_labels, dtype=torch.long)
@@ -96,9 +97,9 @@ def imprint_centers(model: nn.Module, train_set: Any, batch_size: int = 128, ima
     weight = centers.weight
     was_training = model.backbone.training
     model.backbone.eval()
-    try:
+    try:  # on a CPU a few faces at a time, as every eager embedding pass (the caller runs it eagerly)
         means = class_means(model.embed, train_set, model.hparams.num_classes, batch_size, image_size,
-                            weight.device, progress)
+                            weight.device, progress, CPU_MICRO_BATCH if weight.device.type == "cpu" else None)
     finally:
         model.backbone.train(was_training)
     if weight.shape != means.shape:

@@ -20,6 +20,8 @@ from typing import Any
 import pytorch_lightning as pl
 from torch import nn
 
+from elasticface.finetune.config import RECIPE, recipe_overrides, typed_keys
+from elasticface.finetune.domain import domain_advice
 from elasticface.finetune.head_only import head_only_steps
 from elasticface.finetune.imprint import imprint_centers
 from elasticface.finetune.l2sp import StartPoint
@@ -73,6 +75,8 @@ class FineTuning(pl.Callback):
                                                trainer.estimated_stepping_batches)
         if self.start_point is not None:
             self.start_point.to(pl_module.device)
+        if trainer.ckpt_path is None and trainer.is_global_zero:
+            self._say_domain(trainer)
         if self.imprint and trainer.ckpt_path is None:  # a resumed run's centres come from its checkpoint
             datamodule = trainer.datamodule
             with Progress(f"imprinting the centres of {datamodule.num_classes} classes: the loaded backbone's class "
@@ -80,6 +84,17 @@ class FineTuning(pl.Callback):
                 imprint_centers(pl_module, datamodule.train_set, datamodule.val_batch_size, datamodule.image_size,
                                 progress.advance)
                 progress.done()
+
+    @staticmethod
+    def _say_domain(trainer: pl.Trainer) -> None:
+        """Before step 1 of the recipe: one line when the training faces look like a domain whose measured best keys
+        differ from the recipe's (finetune/domain.py)."""
+        overrides = recipe_overrides()
+        if overrides is None:
+            return
+        line = domain_advice(trainer.datamodule.train_set, typed_keys(overrides))
+        if line:
+            log.info("finetune=%s: %s", RECIPE, line)
 
     def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._freeze_batchnorm(pl_module.backbone)  # Lightning puts the module in train mode as fitting starts

@@ -48,14 +48,25 @@ ACC_THRESHOLDS = np.arange(0, 4, 0.01)
 VAL_THRESHOLDS = np.arange(0, 4, 0.001)
 
 
-def flip_fused_embeddings(embed: Callable[[Tensor], Tensor], images: Tensor, flip: bool = True) -> Tensor:
+# Faces embedded at a time on a CPU, however large the loader's batch. A batch of 256 112x112 faces has activations of
+# hundreds of MB per layer, far beyond the caches, and the allocator maps and unmaps them on every call (the system time
+# of a CPU evaluation); 16 at a time keeps them in cache: MobileFaceNet y1, folded, 2.9x the faces/s of batch 256 on one
+# thread and 2.5x on two, iresnet50 1.3x (benchmarks/bench_embedding.py; docs/speed.md).
+CPU_MICRO_BATCH = 16
+
+
+def flip_fused_embeddings(embed: Callable[[Tensor], Tensor], images: Tensor, flip: bool = True,
+                          micro_batch: int | None = None) -> Tensor:
     """The protocol's embedding of a face: embed(x) + embed(flip(x)), raw, float32 (embed(x) without `flip`).
 
     `images` are scaled to [-1, 1] already and the model is in eval mode. Used by training validation,
     eval.py and `eval.embed` alike. Two forward passes, not one over the concatenated batch: the same
     result in eval mode, and faster on a CPU (iresnet_tiny: 2.2x at batch 64 measured on a quiet
-    machine; 1.07x-1.13x at batch 64-128 on a loaded one).
+    machine; 1.07x-1.13x at batch 64-128 on a loaded one). With `micro_batch`, `micro_batch` faces at a time
+    (CPU_MICRO_BATCH on a CPU): in eval mode each face's embedding is its own, so only the speed changes.
     """
+    if micro_batch is not None and len(images) > micro_batch:
+        return torch.cat([flip_fused_embeddings(embed, part, flip) for part in images.split(micro_batch)])
     embeddings = embed(images).float()
     if flip:
         embeddings = embeddings + embed(images.flip(-1)).float()

@@ -1,4 +1,4 @@
-"""A testpack's images embedded a piece at a time: a million faces never sit in memory as float32.
+"""An identification set's images embedded a piece at a time: a million faces never sit in memory as float32.
 
 The images are `data.folder.ImageFiles` with `skip_unreadable`: one bad file among a million is counted and
 skipped (`count_unreadable`), not a stopped run.
@@ -24,15 +24,17 @@ EMBED_PIECE = 16_384  # images embedded per call, each piece stored (float16 by 
 
 def embed_images(model: Any, dataset: ImageFiles, dtype: torch.dtype, batch_size: int, flip: bool,
                  device: Any, num_workers: int,
-                 on_piece: Callable[[np.ndarray, np.ndarray], None] | None = None) -> tuple[Tensor, np.ndarray]:
+                 on_piece: Callable[[np.ndarray, np.ndarray], None] | None = None,
+                 what: str = "megaface") -> tuple[Tensor, np.ndarray]:
     """(L2-normalised features [N, D] of `dtype`, valid [N]), embedded EMBED_PIECE images at a time so that a
     million faces never sit in memory as float32; `on_piece(rows, float32 features)` sees each piece first. Says
-    how far it is as the other embedding passes do (a line every tenth, at least every 30 s)."""
+    how far it is as the other embedding passes do (a line every tenth, at least every 30 s), the line starting
+    `what`."""
     from elasticface.eval.embedding_loop import embed_dataset
 
     out: Tensor | None = None
     valid = np.zeros(len(dataset), dtype=bool)
-    with Progress(f"megaface: embedding the images under {dataset.root}", len(dataset)) as progress:
+    with Progress(f"{what}: embedding the {len(dataset):,} images under {dataset.root}", len(dataset)) as progress:
         for start in range(0, len(dataset), EMBED_PIECE):
             piece = Subset(dataset, range(start, min(start + EMBED_PIECE, len(dataset))))
             emb, idx = embed_dataset(model, piece, batch_size, flip, device, num_workers, progress=progress.advance)

@@ -26,7 +26,8 @@ from elasticface.utils.errors import BadValue, MissingPath
 REPORT = "align_report.csv"
 
 
-def _people(faces: str) -> dict[str, list[str]]:
+def people_photos(faces: str) -> dict[str, list[str]]:
+    """{person: sorted image file names} of aligned faces `<person>/<file>`; people without images left out."""
     if not os.path.isdir(faces):
         raise MissingPath(f"{faces} not found; expected aligned faces as <person>/<file> (elasticface-align)")
     people = {}
@@ -50,7 +51,8 @@ def _flagged(faces: str) -> set[str]:
     return {row["source"].replace(os.sep, "/") for row in rows if row.get("problem") == "several_faces"}
 
 
-def _place(src: str, dst: str | os.PathLike) -> None:
+def place(src: str, dst: str | os.PathLike) -> None:
+    """`src` at `dst`: a hard link where the file system allows, else a copy; an existing `dst` is kept."""
     os.makedirs(os.path.dirname(dst), exist_ok=True)
     if os.path.exists(dst):
         return
@@ -67,7 +69,7 @@ def build_megaface_pack(faces: str, out: str, min_probe_photos: int = 10, max_pr
     if min_probe_photos < 3:
         raise BadValue(f"min_probe_photos={min_probe_photos}: the distractors are the people with one photo and "
                          f"the training people those in between, so probes need at least 3")
-    people = _people(faces)
+    people = people_photos(faces)
     refuse_existing(out, overwrite)
     flagged = _flagged(faces)
     probes, distractors, noise_probes, noise_distractors, train = [], [], [], [], 0
@@ -75,18 +77,18 @@ def build_megaface_pack(faces: str, out: str, min_probe_photos: int = 10, max_pr
         if len(photos) >= min_probe_photos:
             for photo in photos[:max_probe_photos]:
                 probes.append(f"{person}/{photo}")
-                _place(os.path.join(faces, person, photo), inside(out, os.path.join(PROBE_DIR, person, photo)))
+                place(os.path.join(faces, person, photo), inside(out, os.path.join(PROBE_DIR, person, photo)))
                 if f"{person}/{photo}" in flagged:
                     noise_probes.append(photo)
         elif len(photos) == 1:
             name = f"{person[0]}/{person}/{photos[0]}"
             distractors.append(name)
-            _place(os.path.join(faces, person, photos[0]), inside(out, os.path.join(DISTRACTOR_DIR, name)))
+            place(os.path.join(faces, person, photos[0]), inside(out, os.path.join(DISTRACTOR_DIR, name)))
             if f"{person}/{photos[0]}" in flagged:
                 noise_distractors.append(name)
         else:
             for photo in photos:
-                _place(os.path.join(faces, person, photo), inside(out, os.path.join("train", person, photo)))
+                place(os.path.join(faces, person, photo), inside(out, os.path.join("train", person, photo)))
             train += len(photos)
     for name, lines in ((PROBE_LIST, probes), (DISTRACTOR_LIST, distractors),
                         (PROBE_NOISES, ["# photos the aligner chose among several faces in", *noise_probes]),
