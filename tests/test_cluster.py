@@ -82,9 +82,16 @@ def queued() -> set[str]:
     return set(subprocess.run(["squeue", "-h", "-t", "all", "-o", "%i"], capture_output=True, text=True).stdout.split())
 
 
+def job_folders(sweep: Path) -> list[str]:
+    """submitit's job folders, `.submitit/<job id>` or `<array id>_<task>`, sorted; not the pickles it writes beside
+    them before submitting (`<uuid hex>.pkl`, whose name may start with a digit too)."""
+    folder = sweep / ".submitit"
+    return sorted(p.name for p in folder.iterdir() if re.fullmatch(r"\d+(_\d+)?", p.name)) if folder.is_dir() else []
+
+
 def array_job_id(sweep: Path) -> str:
     """The SLURM id of the sweep's array (submitit's folder is named after it: .submitit/<id>_<task>)."""
-    return sorted(p.name for p in (sweep / ".submitit").iterdir() if p.name[0].isdigit())[0].split("_")[0]
+    return job_folders(sweep)[0].split("_")[0]
 
 
 def losses(metrics_csv: Path) -> dict[int, str]:
@@ -138,7 +145,7 @@ def test_time_limit_signal_checkpoints_requeues_and_resumes_to_the_uninterrupted
     # once requeued, the job gets the time it needs (as an admin's `scontrol update` would): one requeue, not one
     # a minute on a busy machine
     deadline = time.monotonic() + 300
-    while not list((tmp_path / "limited").glob("logs/train/multiruns/*/.submitit/[0-9]*")) or int(
+    while not any(job_folders(sweep) for sweep in (tmp_path / "limited").glob("logs/train/multiruns/*")) or int(
             slurm_job(array_job_id(sweep_dir(tmp_path / "limited"))).get("Restarts", 0)) == 0:
         assert limited.poll() is None and time.monotonic() < deadline, (tmp_path / "limited" / "sweep.log").read_text()
         time.sleep(1)
@@ -239,7 +246,7 @@ def test_a_halving_sweep_submits_each_round_and_the_survivor_continues_in_its_fo
     sweep = sweep_dir(tmp_path)
     record = json.loads((sweep / "halving.json").read_text())
     assert [len(r["ranked"]) for r in record["rounds"]] == [2, 1], record
-    arrays = sorted({p.name.split("_")[0] for p in (sweep / ".submitit").iterdir() if p.name[0].isdigit()})
+    arrays = sorted({name.split("_")[0] for name in job_folders(sweep)})
     assert len(arrays) == 2, "one sbatch array per round"
     survivor = sweep / record["rounds"][1]["ranked"][0]["folder"]
     summary = json.loads((survivor / "summary.json").read_text())
