@@ -118,7 +118,7 @@ def test_data_configs_instantiate(which, folder, tmp_path):
     root, _ = folder
     write_recordio(str(root), str(tmp_path / "rec"))
     pairs_to_bin_list = tmp_path / "pairs.txt"
-    pairs_to_bin_list.write_text("id_a/0.jpg id_a/1.jpg 1\nid_a/2.jpg id_c/big.jpg 0\n")
+    pairs_to_bin_list.write_text("id_a/0.jpg id_a/1.jpg 1\nid_a/2.jpg id_c/big.jpg 0\n" * 5)  # 10 folds of 1 pair
     for name in ("lfw", "cfp_fp", "agedb_30"):
         pairs_to_bin(str(pairs_to_bin_list), str(root), str(tmp_path / "rec" / f"{name}.bin"))
     cfg_path = os.path.join(os.path.dirname(__file__), "..", "configs", "data", f"{which}.yaml")

@@ -75,6 +75,22 @@ def test_eval_cli_end_to_end(eval_data, tmp_path):
     assert re.search(r"lfw: acc \d\.\d{4} \+- \d\.\d{4}", said)  # the result line scripts read, as before
 
 
+def test_a_set_too_small_for_ten_folds_is_one_line_before_any_embedding(eval_data, tmp_path):
+    """A .bin of 6 pairs cannot carry the 10-fold protocol: eval.py says so in one line naming the file (exit 2),
+    where it used to end in kfold_bounds' traceback after embedding the set."""
+    bins = tmp_path / "bins"
+    bins.mkdir()
+    write_bin(str(bins / "lfw.bin"), *noisy_pairs(6, seed=1))
+    cmd = [sys.executable, str(ROOT / "eval.py"), f"weights={eval_data / 'model.pt'}", "allow_torchscript=true",
+           f"data.val_root={bins}", "device=cpu", "num_workers=0", f"hydra.run.dir={tmp_path / 'out'}"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120, cwd=str(tmp_path))
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines()[-1] == (
+        f"elasticface-eval: error: {bins / 'lfw.bin'}: pair set 'lfw' holds 6 pairs (3 matched, 3 mismatched); the "
+        "10-fold protocol needs at least 10 pairs, matched and mismatched both (LFW's has 6,000, half of each)")
+    assert "Traceback" not in proc.stderr and "embedding the" not in proc.stdout + proc.stderr
+
+
 def test_eval_onnx_matches_torchscript_in_process(eval_data, tmp_path):
     from elasticface.eval.run import evaluate
 

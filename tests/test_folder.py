@@ -132,8 +132,38 @@ def test_pairs_of_people_the_training_folder_holds_are_refused_before_the_first_
 
     with pytest.raises(ValueError, match=r"pairs.txt: names 1 people the training folder holds too \(bob\)"):
         datamodule(pairs).setup("fit")
-    pairs.write_text("dave/1.jpg dave/2.jpg 1\ndave/2.jpg dave/1.jpg 1\n")
+    save_image(held_out / "erin" / "1.jpg", smooth_image(8))
+    pairs.write_text("dave/1.jpg dave/2.jpg 1\ndave/2.jpg erin/1.jpg 0\n" * 5)
     datamodule(pairs).setup("fit")
+
+
+def test_a_pair_set_too_small_for_ten_folds_is_refused_when_read(faces, tmp_path):
+    """The 10-fold protocol picks each fold's threshold on the other nine folds' matched and mismatched pairs: a
+    set of fewer than 10 pairs, or of one kind only, is refused in one line at setup, before the first step (it
+    used to end in kfold_bounds' traceback after the start baseline's model load)."""
+    from elasticface.data.datamodule import FaceDataModule
+    from elasticface.utils.errors import BadValue
+
+    held_out = tmp_path / "held_out"
+    for person, seed in (("dave", 5), ("erin", 6)):
+        save_image(held_out / person / "1.jpg", smooth_image(seed))
+        save_image(held_out / person / "2.jpg", smooth_image(seed + 10))
+    pairs = tmp_path / "pairs.txt"
+
+    def setup(lines):
+        pairs.write_text("".join(lines))
+        FaceDataModule(lambda: ImageFolderFaces(str(faces)),
+                       lambda: folder_val_sets(str(pairs), str(held_out)), batch_size=2, num_workers=0).setup("fit")
+
+    matched, mismatched = "dave/1.jpg dave/2.jpg 1\n", "dave/1.jpg erin/2.jpg 0\n"
+    with pytest.raises(BadValue, match=r"pairs.txt: pair set '.*' holds 9 pairs \(5 matched, 4 mismatched\); "
+                                        r"the 10-fold protocol needs at least 10 pairs"):
+        setup([matched] * 5 + [mismatched] * 4)
+    with pytest.raises(BadValue, match=r"holds 10 pairs \(10 matched, 0 mismatched\)"):
+        setup([matched] * 10)
+    with pytest.raises(BadValue, match=r"holds 12 pairs \(0 matched, 12 mismatched\)"):
+        setup([mismatched] * 12)
+    setup([matched, mismatched] * 5)
 
 
 def test_roots_of_the_same_people_train_as_one_set(faces, tmp_path):
@@ -179,7 +209,8 @@ def test_the_typed_list_of_roots_reaches_the_training_set(faces, tmp_path):
     held_out = tmp_path / "held_out"
     for i in range(4):
         save_image(held_out / "dave" / f"{i}.jpg", smooth_image(10 + i))
-    (tmp_path / "pairs.txt").write_text("dave/0.jpg dave/1.jpg 1\ndave/2.jpg dave/3.jpg 1\n")
+        save_image(held_out / "erin" / f"{i}.jpg", smooth_image(20 + i))
+    (tmp_path / "pairs.txt").write_text("dave/0.jpg dave/1.jpg 1\ndave/2.jpg erin/3.jpg 0\n" * 5)
     for name in ("cfp_fp_splits6_10", "cfp_ff_splits6_10", "lfw"):
         pairs_to_bin(str(tmp_path / "pairs.txt"), str(held_out), str(tmp_path / "lowres" / f"{name}.bin"))
     cfg = compose_train(["experiment=cfp_finetune", f"data.root={tmp_path / 'lowres'}",

@@ -15,6 +15,7 @@ import torch
 from PIL import Image
 
 from conftest import ROOT, compose_eval
+from helpers.images import png_declaring
 from elasticface.eval.identification.tinyface import (ALIGNED_COPY, RELEASE, cmc, find_folder, identity, mate_ranks,
                                                       read_tinyface)
 from elasticface.utils.errors import BadValue, MissingPath
@@ -146,6 +147,8 @@ def test_eval_tinyface_end_to_end(model_file, tmp_path, capsys, caplog):
     caplog.set_level("INFO")
     write_split(str(tmp_path / "data" / RELEASE), extra=["Probe/9_1.jpg"])
     (tmp_path / "data" / RELEASE / "Probe" / "4_9.jpg").write_bytes(b"\xff\xd8\xff\xe0 not a jpeg")  # skipped, said
+    # a stranger's file: a PNG header declaring 900 Mpx, refused before decoding and counted with the others
+    (tmp_path / "data" / RELEASE / "Gallery_Distractor" / "77_1.png").write_bytes(png_declaring(30000, 30000))
     cfg = compose_eval([f"tinyface.root={tmp_path / 'data'}", f"weights={model_file}", "allow_torchscript=true",
                         "device=cpu", "num_workers=0", "batch_size=8"])
     rows = evaluate(cfg, output_dir=str(tmp_path / "out"))
@@ -154,7 +157,7 @@ def test_eval_tinyface_end_to_end(model_file, tmp_path, capsys, caplog):
     assert len(block["cmc"]) == 20 and block["probes"] == 8 and block["identities"] == 4
     assert block["gallery_matches"] == 4 and block["distractors"] == 12
     assert any("no image in Gallery_Match/" in p for p in block["problems"])
-    assert any("1 of 25 images unreadable (skipped; first " in p and "4_9.jpg" in p for p in block["problems"])
+    assert any("2 of 26 images unreadable (skipped; first " in p and "4_9.jpg" in p for p in block["problems"])
     assert rows[-1]["benchmark"] == "TinyFace" and rows[-1]["rank1"] == 1.0 and rows[-1]["pairs"] == 8
     out = capsys.readouterr().out
     assert "TinyFace (closed set): 8 probes of 4 identities against 4 matches and 12 distractors; rank-1 100.00%" in out
@@ -162,7 +165,7 @@ def test_eval_tinyface_end_to_end(model_file, tmp_path, capsys, caplog):
     assert last.startswith("results: ") and str(tmp_path / "out" / "tinyface.png") in last.split()
     assert (tmp_path / "out" / "tinyface.png").stat().st_size > 5_000
     said = [r.getMessage() for r in caplog.records]
-    assert any(line.startswith(f"tinyface: embedding the 25 images under {tmp_path / 'data' / RELEASE}: 25 images in ")
+    assert any(line.startswith(f"tinyface: embedding the 26 images under {tmp_path / 'data' / RELEASE}: 26 images in ")
                for line in said), said
 
 

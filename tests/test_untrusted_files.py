@@ -16,12 +16,12 @@ import struct
 import subprocess
 import sys
 import threading
-import zlib
 from pathlib import Path
 
 import pytest
 
 from helpers.exit_status import refused_line
+from helpers.images import png_declaring
 import torch
 
 from conftest import ROOT, TINY, compose_eval
@@ -379,16 +379,7 @@ def _jpeg_declaring(width: int, height: int) -> bytes:
     return bytes(data)
 
 
-def _png_declaring(width: int, height: int) -> bytes:
-    """A PNG whose header declares width x height, with one compressed row of pixels (the rest missing)."""
-    def chunk(kind: bytes, body: bytes) -> bytes:
-        return struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body))
-    ihdr = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
-    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr) + chunk(b"IDAT", zlib.compress(b"\0" * (3 * width + 1)))
-            + chunk(b"IEND", b""))
-
-
-@pytest.mark.parametrize("make", [_jpeg_declaring, _png_declaring])
+@pytest.mark.parametrize("make", [_jpeg_declaring, png_declaring])
 def test_decompression_bombs_are_refused_before_decoding(make, monkeypatch):
     from PIL import Image
 
@@ -441,7 +432,7 @@ def test_recordio_and_folder_skip_and_count_a_bomb(tmp_path):
     for label in (0, 1):
         (tmp_path / "faces" / f"id{label}").mkdir(parents=True)
         (tmp_path / "faces" / f"id{label}" / "a.jpg").write_bytes(smooth_jpeg(label))
-    (tmp_path / "faces" / "id1" / "bomb.png").write_bytes(_png_declaring(30000, 30000))
+    (tmp_path / "faces" / "id1" / "bomb.png").write_bytes(png_declaring(30000, 30000))
     folder = ImageFolderFaces(str(tmp_path / "faces"))
     items = [folder[i] for i in range(len(folder))]
     assert sum(isinstance(i, DroppedRecord) for i in items) == 1 and folder.num_corrupt == 1

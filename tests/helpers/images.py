@@ -4,6 +4,8 @@ encoded bytes, or as files. Smooth, so a JPEG round trip keeps every pixel withi
 from __future__ import annotations
 
 import io
+import struct
+import zlib
 from pathlib import Path
 
 import numpy as np
@@ -36,3 +38,13 @@ def save_image(path: str | Path, pixels: np.ndarray, fmt: str = "JPEG") -> None:
 def rgb_of(data: bytes) -> np.ndarray:
     """[H, W, 3] uint8 pixels of encoded image bytes, as Pillow decodes them."""
     return np.asarray(Image.open(io.BytesIO(data)).convert("RGB"))
+
+
+def png_declaring(width: int, height: int) -> bytes:
+    """A PNG whose header declares width x height, with one compressed row of pixels (the rest missing): a
+    decompression bomb's header at a few hundred bytes."""
+    def chunk(kind: bytes, body: bytes) -> bytes:
+        return struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body))
+    ihdr = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
+    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr) + chunk(b"IDAT", zlib.compress(b"\0" * (3 * width + 1)))
+            + chunk(b"IEND", b""))

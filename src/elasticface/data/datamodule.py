@@ -28,6 +28,7 @@ from elasticface.data.face_dataset import FaceDataset, require_face_dataset
 from elasticface.data.faults import DroppedRecord, FaultLedger, too_small_to_train
 from elasticface.data.pairs import PairSet
 from elasticface.data.transforms import BatchAugment, normalize, random_hflip, resize
+from elasticface.metrics.verification import check_pairs_for_folds
 from elasticface.utils.seeding import stream_seed
 from elasticface.utils.threads import allowed_cores
 from elasticface.utils.errors import BadValue
@@ -169,6 +170,7 @@ class FaceDataModule(pl.LightningDataModule):
             self.val_sets = dict(self.val_factory())
         if self.train_set is not None:
             check_people_disjoint(self.train_set, self.val_sets)
+        check_pairs_for_folds(self.val_sets)
 
     def check_train_set(self, dataset: FaceDataset) -> None:
         size = len(dataset)

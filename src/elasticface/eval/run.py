@@ -12,6 +12,7 @@ import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
 from elasticface.eval.identification.tables import aligned
+from elasticface.metrics.verification import check_pairs_for_folds
 from elasticface.utils.config import ConfigError
 from elasticface.utils.progress import Progress
 from elasticface.utils.errors import BadValue, MissingPath
@@ -156,6 +157,7 @@ def evaluate(cfg: DictConfig, output_dir: str | None = None) -> list[dict[str, A
                                 channels_last=cfg.get("channels_last", "auto"))
         image_size = input_size(data.get("image_size"), model, model_file)
     sets = verification_sets(cfg, image_size)  # read once the model file is known to be usable
+    check_pairs_for_folds(sets, int(cfg.num_folds))
     if not sets and not identification:
         raise ConfigError(NOTHING)
     kw = dict(batch_size=int(cfg.batch_size), flip=bool(cfg.flip), device=device, num_workers=int(cfg.num_workers))

@@ -43,6 +43,7 @@ from torchmetrics import Metric
 from torchmetrics.utilities.data import dim_zero_cat
 
 from elasticface.metrics.roc import as_numpy, far_key, roc_curve
+from elasticface.utils.errors import BadValue
 
 ACC_THRESHOLDS = np.arange(0, 4, 0.01)
 VAL_THRESHOLDS = np.arange(0, 4, 0.001)
@@ -71,6 +72,20 @@ def flip_fused_embeddings(embed: Callable[[Tensor], Tensor], images: Tensor, fli
     if flip:
         embeddings = embeddings + embed(images.flip(-1)).float()
     return embeddings
+
+
+def check_pairs_for_folds(pair_sets: dict[str, Any], num_folds: int = 10) -> None:
+    """Each set can carry the k-fold protocol: at least `num_folds` pairs, matched and mismatched among them (a
+    threshold is chosen on the other folds' pairs of both kinds). Said in one line naming the set, when the sets are
+    read, not after an epoch or a model load (its users: the data module's setup and eval.py)."""
+    for name, pairs in pair_sets.items():
+        issame = np.asarray(pairs.issame, dtype=bool)
+        matched = int(issame.sum())
+        if issame.shape[0] < num_folds or matched == 0 or matched == issame.shape[0]:
+            where = getattr(pairs, "source", None) or name
+            raise BadValue(f"{where}: pair set '{name}' holds {issame.shape[0]} pairs ({matched} matched, "
+                           f"{issame.shape[0] - matched} mismatched); the {num_folds}-fold protocol needs at least "
+                           f"{num_folds} pairs, matched and mismatched both (LFW's has 6,000, half of each)")
 
 
 def kfold_bounds(n: int, num_folds: int = 10) -> list[tuple[int, int]]:
