@@ -14,9 +14,9 @@ another run of the same file), in points. A run without summary.json whose train
 counted as diverged; one with neither is unfinished and left out (said).
 
 The rule: a domain's seed spread is the largest sample standard deviation of any candidate's gains there. The
-default is the candidate with the best mean gain over the domains among those that ran on every domain without
-diverging and whose mean gain on each domain is within that domain's spread of the best candidate's there. Where
-none qualifies, `--baseline` (today's default) stays, and the line says so.
+default is the candidate with the best mean gain over the domains among those that never diverged, finished
+MIN_SEEDS seeds or more on every domain, and whose mean gain on each domain is within that domain's spread of the
+best candidate's there. Where none qualifies, `--baseline` (today's default) stays, and the line says so.
 """
 
 from __future__ import annotations
@@ -30,6 +30,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 DIVERGED = "training diverged"
+#: finished seeds a candidate needs on every domain to be the default
+MIN_SEEDS = 3
 #: points: a loss equal to the spread up to float rounding of the accuracies is within it
 TIE = 1e-9
 #: train.log's lines that close a verification pass: the loaded weights' score, each validation's
@@ -117,7 +119,7 @@ def spreads(cells: dict[str, dict[str, Cell]]) -> dict[str, float]:
     return {domain: max((cell.std for cell in row.values()), default=0.0) for domain, row in cells.items()}
 
 
-def choose_default(cells: dict[str, dict[str, Cell]]) -> tuple[str | None, dict[str, str]]:
+def choose_default(cells: dict[str, dict[str, Cell]], min_seeds: int = MIN_SEEDS) -> tuple[str | None, dict[str, str]]:
     """The candidate the rule makes the default (None: none qualifies), and why each other one does not."""
     domains = sorted(cells)
     spread = spreads(cells)
@@ -127,12 +129,16 @@ def choose_default(cells: dict[str, dict[str, Cell]]) -> tuple[str | None, dict[
     qualified = []
     for name in candidates:
         missing = [d for d in domains if name not in cells[d] or not cells[d][name].gains]
+        few = [d for d in domains if d not in missing and len(cells[d][name].gains) < min_seeds]
         diverged = [d for d in domains if name in cells[d] and cells[d][name].diverged]
         beyond = [d for d in domains if d not in missing and best[d] - cells[d][name].mean > spread[d] + TIE]
         if missing:
             why_not[name] = f"no finished run on {', '.join(missing)}"
         elif diverged:
             why_not[name] = f"diverged on {', '.join(diverged)}"
+        elif few:
+            why_not[name] = (f"{', '.join(f'{d}: {len(cells[d][name].gains)} seed(s)' for d in few)}; the rule asks "
+                             f"for {min_seeds} or more on every domain")
         elif beyond:
             why_not[name] = "; ".join(f"{d}: {cells[d][name].mean - best[d]:+.2f} against the best, beyond the "
                                       f"seed spread {spread[d]:.2f}" for d in beyond)
@@ -166,6 +172,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("root", type=Path)
     parser.add_argument("--baseline", default="recipe", help="today's default, kept when no candidate qualifies")
+    parser.add_argument("--min-seeds", type=int, default=MIN_SEEDS, help="finished seeds per domain to qualify")
     args = parser.parse_args(argv)
     cells = read_cells(args.root)
     print("\n".join(table(cells)))
@@ -173,7 +180,7 @@ def main(argv: list[str] | None = None) -> int:
         for name, cell in sorted(row.items()):
             if cell.unfinished:
                 print(f"unfinished, left out: {domain}/{name} seed(s) {cell.unfinished}")
-    chosen, why_not = choose_default(cells)
+    chosen, why_not = choose_default(cells, args.min_seeds)
     for name, why in sorted(why_not.items()):
         print(f"not the default: {name}: {why}")
     print(f"default: {chosen}" if chosen else f"default: none qualifies; {args.baseline} stays")

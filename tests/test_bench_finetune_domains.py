@@ -79,3 +79,16 @@ def test_a_candidate_that_diverged_on_a_domain_is_not_the_default(tmp_path):
             write_run(tmp_path, domain, "fast", seed, 0.83 if (domain, seed) != ("c", 3) else float("nan"))
     chosen, why_not = bench.choose_default(bench.read_cells(tmp_path))
     assert chosen == "plain" and why_not == {"fast": "diverged on c"}
+
+
+def test_a_candidate_with_fewer_than_three_seeds_on_a_domain_is_not_the_default(tmp_path):
+    """The rule asks for three seeds or more: a candidate ahead at two seeds is said, not chosen."""
+    bench = load_bench()
+    for domain in ("a", "b"):
+        for seed in (1, 2, 3):
+            write_run(tmp_path, domain, "plain", seed, 0.81 + seed / 100)
+            if (domain, seed) != ("b", 3):
+                write_run(tmp_path, domain, "longer", seed, 0.815 + seed / 100)  # +0.5 on plain, within 1
+    chosen, why_not = bench.choose_default(bench.read_cells(tmp_path))
+    assert chosen == "plain" and why_not == {"longer": "b: 2 seed(s); the rule asks for 3 or more on every domain"}
+    assert bench.choose_default(bench.read_cells(tmp_path), min_seeds=2)[0] == "longer"

@@ -69,7 +69,8 @@ def test_split_trains_on_folds_1_to_9_and_verifies_on_fold_10s_600_pairs(lfw, tm
     assert not any(name.startswith("Person_F10_") for name in train_people), "identity-disjoint"
     assert (out / "train" / person(2, 0) / "Person_F2_0_0099.jpg").read_bytes() == smooth_jpeg(999)
     assert report == {"train_identities": 27, "train_images": 27 * IMAGES + 1, "train_people_without_images": 0,
-                      "train_people_in_test_fold": 0, "test_pairs": 600, "test_matched": 300,
+                      "train_people_with_fewer_photos": 0, "train_people_in_test_fold": 0, "test_pairs": 600,
+                      "test_matched": 300,
                       "test_pairs_dropped": 0}
 
     with open(out / "lfw_fold10.bin", "rb") as f:
@@ -80,6 +81,28 @@ def test_split_trains_on_folds_1_to_9_and_verifies_on_fold_10s_600_pairs(lfw, tm
     assert bins == expected, "fold 10's aligned JPEGs, byte for byte, matched and mismatched runs of 30 dealt in turn"
     # the protocol's 10 contiguous folds (60 pairs each) are each half matched, as LFW's own folds are
     assert [sum(issame[60 * k:60 * (k + 1)]) for k in range(10)] == [30] * 10
+
+
+def test_train_photos_keeps_the_first_n_of_each_person_who_has_n(lfw, tmp_path, capsys):
+    """`--train-photos 2`: each training person's first two photos by name, and only the people who have two (the
+    small domains of docs/finetune.md); the test pairs are those of the split without it."""
+    from elasticface.cli.lfw_split import main
+
+    faces, pairs, _ = lfw
+    for name in (person(1, 0), person(2, 1)):  # two training people left with one photo
+        for n in (2, 3):
+            (faces / name / f"{name}_{n:04d}.jpg").unlink()
+    assert main([str(faces), str(pairs), str(tmp_path / "two"), "--train-photos", "2"]) == 0
+    assert "train_identities=25 train_images=50 train_people_without_images=0 train_people_with_fewer_photos=2 " \
+        in capsys.readouterr().out
+    train = tmp_path / "two" / "train"
+    assert not (train / person(1, 0)).exists() and not (train / person(2, 1)).exists()
+    for folder in train.iterdir():
+        assert sorted(p.name for p in folder.iterdir()) == [f"{folder.name}_0001.jpg", f"{folder.name}_0002.jpg"]
+    split_lfw(faces, pairs, tmp_path / "all")
+    assert (tmp_path / "two" / "lfw_fold10.bin").read_bytes() == (tmp_path / "all" / "lfw_fold10.bin").read_bytes()
+    assert main([str(faces), str(pairs), str(tmp_path / "none"), "--train-photos", "0"]) == 2
+    assert "--train-photos=0: expected at least 1 photo per training person" in capsys.readouterr().err
 
 
 def test_the_experiment_trains_on_the_split_and_verifies_on_fold_10(lfw, tmp_path, capsys):
@@ -141,7 +164,8 @@ def test_missing_photos_are_named_counted_and_the_split_goes_on(lfw, tmp_path, c
     assert f"WARNING: {len(lost)} of fold 10's 600 pairs were LEFT OUT" in captured.err
     assert f"{faces / person(3, 1)}: no aligned face of {person(3, 1)} (a training person)" in captured.err
     assert (f"train_identities=26 train_images={26 * IMAGES} train_people_without_images=1 "
-            f"train_people_in_test_fold=0 test_pairs={600 - len(lost)}") in captured.out
+            f"train_people_with_fewer_photos=0 train_people_in_test_fold=0 test_pairs={600 - len(lost)}") \
+        in captured.out
     assert f"test_pairs_dropped={len(lost)}" in captured.out
     with open(tmp_path / "split" / "lfw_fold10.bin", "rb") as f:
         bins, issame = pickle.load(f)

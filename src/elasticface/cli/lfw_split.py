@@ -23,6 +23,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("out", help="output folder: out/train/<Name>/ and out/lfw_fold<k>.bin")
     parser.add_argument("--test-fold", default="10",
                         help="the held-out fold (default 10), or folds: 6-10 (the wide benchmark), 1,3,5")
+    parser.add_argument("--train-photos", type=int, default=None,
+                        help="each training person's first N photos, people with fewer left out (default: all)")
     parser.add_argument("--overwrite", action="store_true",
                         help="write into OUT even if it already holds files (default: refuse)")
     args = parser.parse_args(argv)
@@ -33,7 +35,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         folds = parse_folds(args.test_fold)
     except ValueError as e:
         parser.error(str(e))
-    report = split_lfw(args.faces, args.pairs, args.out, test_fold=folds, overwrite=args.overwrite)
+    report = split_lfw(args.faces, args.pairs, args.out, test_fold=folds, overwrite=args.overwrite,
+                       train_photos=args.train_photos)
     print(" ".join(f"{k}={v}" for k, v in report.items()))
     # the experiment reads <root>/train and <root>/<set>.bin: data.root is the split's folder itself
     experiment = {"lfw_fold10": "lfw_fold10", "lfw_folds6_10": "lfw_folds6_10"}.get(test_set_name(folds))

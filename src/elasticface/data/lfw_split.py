@@ -147,7 +147,8 @@ def parse_folds(text: str, option: str = "--test-fold") -> list[int]:
 
 
 def split_lfw(faces: str | Path, pairs_file: str | Path, out: str | Path, test_fold: int | Sequence[int] = 10,
-              image_size: int = 112, say: Callable[[str], None] = _say, overwrite: bool = False) -> dict[str, int]:
+              image_size: int = 112, say: Callable[[str], None] = _say, overwrite: bool = False,
+              train_photos: int | None = None) -> dict[str, int]:
     """Write `out/train/<Name>/` (the people of every fold but the test folds) and `out/<test_set_name>.bin`
     (`lfw_fold10.bin` for fold 10; `lfw_folds6_10.bin` for folds 6-10: their pairs in one protocol order).
 
@@ -157,9 +158,12 @@ def split_lfw(faces: str | Path, pairs_file: str | Path, out: str | Path, test_f
     aligner found no face) is named through `say` and counted too. A test pair whose photo is missing is left
     out of the .bin, named and counted, and a warning says that the .bin is then not the protocol's 600 pairs.
     An `out` that holds entries is refused unless `overwrite`; a name in `pairs_file` that would put a training
-    folder outside `out/train` is refused.
+    folder outside `out/train` is refused. With `train_photos`, each training person's first that many photos (by
+    name) and only the people who have that many: a small set of several photos per person (docs/finetune.md).
     """
     faces, out = Path(faces), Path(out)
+    if train_photos is not None and train_photos < 1:
+        raise BadValue(f"--train-photos={train_photos}: expected at least 1 photo per training person")
     if not faces.is_dir():
         raise MissingPath(f"{faces}: not a folder; expected aligned faces as <Name>/<Name>_0001.jpg")
     refuse_existing(out, overwrite)
@@ -200,14 +204,21 @@ def split_lfw(faces: str | Path, pairs_file: str | Path, out: str | Path, test_f
             f"above): {set_name}.bin holds {len(issame)} pairs, not the protocol's {len(test)}, so its "
             f"accuracy is not comparable with published LFW figures")
 
+    def photos(name: str) -> list[Path]:
+        return sorted(f for f in (faces / name).glob("*") if f.suffix.lower() in IMAGE_SUFFIXES) \
+            if (faces / name).is_dir() else []
+
+    fewer = []
+    if train_photos is not None:
+        fewer = [name for name in train_people if 0 < len(photos(name)) < train_photos]
+        train_people = [name for name in train_people if name not in set(fewer)]
     copied, missing = write_train_folder(
-        out, train_people, lambda name: sorted(f for f in (faces / name).glob("*") if f.suffix.lower() in
-                                               IMAGE_SUFFIXES) if (faces / name).is_dir() else [],
-        lambda photo: photo.name, lambda name: f"{faces / name}: no aligned face of {name} (a training person)", say,
-        overwrite, str(pairs_file))
+        out, train_people, lambda name: photos(name)[:train_photos], lambda photo: photo.name,
+        lambda name: f"{faces / name}: no aligned face of {name} (a training person)", say, overwrite, str(pairs_file))
     write_bin(str(out / f"{set_name}.bin"), images, issame)
     return {"train_identities": len(train_people) - missing, "train_images": copied,
-            "train_people_without_images": missing, "train_people_in_test_fold": len(named & test_people),
+            "train_people_without_images": missing, "train_people_with_fewer_photos": len(fewer),
+            "train_people_in_test_fold": len(named & test_people),
             "test_pairs": len(issame), "test_matched": sum(issame), "test_pairs_dropped": dropped}
 
 
