@@ -208,10 +208,10 @@ def split_lfw(faces: str | Path, pairs_file: str | Path, out: str | Path, test_f
         return sorted(f for f in (faces / name).glob("*") if f.suffix.lower() in IMAGE_SUFFIXES) \
             if (faces / name).is_dir() else []
 
-    fewer = []
+    fewer: set[str] = set()
     if train_photos is not None:
-        fewer = [name for name in train_people if 0 < len(photos(name)) < train_photos]
-        train_people = [name for name in train_people if name not in set(fewer)]
+        fewer = {name for name in train_people if 0 < len(photos(name)) < train_photos}
+        train_people = [name for name in train_people if name not in fewer]
     copied, missing = write_train_folder(
         out, train_people, lambda name: photos(name)[:train_photos], lambda photo: photo.name,
         lambda name: f"{faces / name}: no aligned face of {name} (a training person)", say, overwrite, str(pairs_file))

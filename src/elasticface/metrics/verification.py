@@ -76,8 +76,8 @@ def flip_fused_embeddings(embed: Callable[[Tensor], Tensor], images: Tensor, fli
 
 def check_pairs_for_folds(pair_sets: dict[str, Any], num_folds: int = 10) -> None:
     """Each set can carry the k-fold protocol: at least `num_folds` pairs, matched and mismatched among them (a
-    threshold is chosen on the other folds' pairs of both kinds). Said in one line naming the set, when the sets are
-    read, not after an epoch or a model load (its users: the data module's setup and eval.py)."""
+    threshold is chosen on the other folds' pairs of both kinds). Said in one line naming the set as soon as the sets
+    are read, before any face is embedded (its users: the data module's setup and eval.py)."""
     for name, pairs in pair_sets.items():
         issame = np.asarray(pairs.issame, dtype=bool)
         matched = int(issame.sum())
