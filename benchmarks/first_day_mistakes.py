@@ -59,6 +59,7 @@ TRAIN_MISTAKES = [
     (["resume=yes"], r"^resume='yes': expected one of null, auto"),
     (["-m", "sigma=0.05,-1"], r"^sigma=-1: out of range"),
     (["trainer.max_epochs=[1"], r"^cannot read the command line"),
+    (["-m", "seed=1,2", "--cfg", "job"], r"^-m and --cfg together: Hydra takes one of -m, --cfg, --info at a time"),
     (["halving.eta=2"], r"^halving\.eta=2: successive halving ranks the jobs of a sweep; add -m"),
     (["-m", "seed=1,2", "halving.eta=1"], r"^halving\.eta=1: out of range; expected an integer >= 2"),
     (["-m", "seed=1,2", "halving.eta=2,3"], r"^halving\.eta: takes one value per sweep"),
@@ -107,6 +108,7 @@ EVAL_MISTAKES = [
     (["megafac.root=x"], r"^megafac\.root: no such key; did you mean megaface\.root"),
     ([f"weights={Y1}", "data.val_root=bins", "far_target=2"], r"^far_target=2: out of range"),
     ([f"weights={Y1}", "data.val_root=bins", "num_folds=1"], r"^num_folds=1: out of range"),
+    ([f"weights={Y1}", "data.val_root=bins", "--info", "--cfg=job"], r"^--info and --cfg together"),
 ]
 
 #: the file commands: (module, arguments, what the line must match)

@@ -1,6 +1,6 @@
 """The fine-tune says the training faces' domain before step 1: low-resolution faces (through 16-32 px and back, as
 `elasticface-convert lowres` makes them) are told apart from sharp ones, the line names the keys measured best there
-that the user did not type, and nothing is said for sharp faces or when every such key is typed."""
+(the recipe's) and this run's value of each it does not keep, and nothing is said for sharp faces."""
 
 from __future__ import annotations
 
@@ -57,22 +57,32 @@ def test_detail_tells_sharp_faces_from_faces_through_16_to_32_px():
             assert detail_size(degrade(face, px)) <= 48, (seed, px)  # low resolution: <= 64
 
 
-def test_the_line_names_the_keys_not_typed_and_only_for_low_resolution():
+def test_the_line_names_the_keys_and_this_runs_values_only_for_low_resolution():
     low = Faces([degrade(textured_face(s), 16 + s % 17) for s in range(20)], dropped=[3])
     sharp = Faces([textured_face(s) for s in range(20)])
-    line = domain_advice(low, set())
+    line = domain_advice(low, dict(LOW_RESOLUTION_KEYS))
     assert line.startswith("the training faces look low-resolution: about ") and " px of detail in 112 " in line
-    assert all(f"{k}={v}" in line for k, v in LOW_RESOLUTION_KEYS.items()) and "not set for you" in line
-    only_wise = domain_advice(low, {"trainer.max_epochs"})
-    assert "finetune.wise_alpha=0.95" in only_wise and "trainer.max_epochs=8" not in only_wise
-    assert domain_advice(low, set(LOW_RESOLUTION_KEYS)) is None
-    assert domain_advice(sharp, set()) is None
+    assert ("the keys measured best there are trainer.max_epochs=8 finetune.wise_alpha=0.95, as this run has them; "
+            in line)
+    shorter = domain_advice(low, {**LOW_RESOLUTION_KEYS, "trainer.max_epochs": 5})
+    assert "are trainer.max_epochs=8 (this run: 5) finetune.wise_alpha=0.95; " in shorter
+    assert "as this run has them" not in shorter
+    assert domain_advice(sharp, dict(LOW_RESOLUTION_KEYS)) is None
+
+
+def test_the_recipe_keeps_the_keys_measured_best_at_low_resolution(tmp_path):
+    """Since the three-domain rule chose them, `weights=` alone runs the low-resolution keys: the line's "as this run
+    has them" holds for a run as typed."""
+    from omegaconf import OmegaConf
+
+    cfg = compose_train([f"weights={Y1_PARAMS}", "data=folder", f"data.root={tmp_path}"])
+    assert {k: OmegaConf.select(cfg, k) for k in LOW_RESOLUTION_KEYS} == LOW_RESOLUTION_KEYS
 
 
 @pytest.mark.parametrize("degraded", [True, False])
 def test_a_recipe_run_says_it_before_step_1(tmp_path, caplog, degraded):
     """`python train.py weights=<y1> data=folder data.root=<faces> trainer.max_epochs=1` as composed: the line for
-    low-resolution faces, without the typed trainer.max_epochs; nothing for sharp ones."""
+    low-resolution faces, with the typed trainer.max_epochs beside the 8 measured best; nothing for sharp ones."""
     from elasticface.training import run
 
     for person in range(3):
@@ -89,6 +99,6 @@ def test_a_recipe_run_says_it_before_step_1(tmp_path, caplog, degraded):
     said = [r.getMessage() for r in caplog.records if "look low-resolution" in r.getMessage()]
     if degraded:
         assert len(said) == 1 and said[0].startswith("finetune=recipe: the training faces look low-resolution")
-        assert "finetune.wise_alpha=0.95" in said[0] and "trainer.max_epochs=8" not in said[0]
+        assert "trainer.max_epochs=8 (this run: 1) finetune.wise_alpha=0.95; " in said[0]
     else:
         assert said == []

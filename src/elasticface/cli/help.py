@@ -38,8 +38,8 @@ GROUPS = {
     "logger": "where the metrics go",
     "callbacks": "what runs beside the steps (checkpoints, progress, plots); none keeps only what a run needs",
     "recipe": "whose head arguments: the registry's (paper) or the released ElasticFace code's (released)",
-    "finetune": "how weights=<file> trains: recipe (selected by weights=, measured on CFP) or none (from-scratch "
-                "settings)",
+    "finetune": "how weights=<file> trains: recipe (selected by weights=, chosen over three domains) or none "
+                "(from-scratch settings)",
     "experiment": "a documented run or a paper recipe, selected explicitly",
     "hparams_search": "a sweep, with -m: the paper's Tables I/II, an Optuna search, the LFW fold-10 benchmark",
     "launcher": "where a multirun's jobs run",

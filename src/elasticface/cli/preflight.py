@@ -20,7 +20,7 @@ from contextlib import contextmanager
 from typing import Any, NoReturn
 
 from elasticface.cli.version import version_text
-from elasticface.utils.errors import UserError, one_line, traceback_wanted, user_error_in
+from elasticface.utils.errors import BadValue, UserError, one_line, traceback_wanted, user_error_in
 from elasticface.utils.requirements import check_environment, require_module
 
 #: config choices that run through a Hydra plugin of the `cluster` extra: (group, option) -> (module, package)
@@ -33,6 +33,20 @@ PLUGIN_CHOICES = {
     ("hparams_search", "elastic_optuna"): ("optuna", "optuna"),
     ("hydra/sweeper", "optuna"): ("optuna", "optuna"),
 }
+
+
+#: Hydra's modes by their flags: it runs one at a time and refuses two with a traceback
+HYDRA_MODES = {"-m": "-m", "--multirun": "-m", "-c": "--cfg", "--cfg": "--cfg", "-i": "--info", "--info": "--info",
+               "-r": "--run", "--run": "--run", "-sc": "--shell-completion", "--shell-completion": "--shell-completion"}
+
+
+def check_hydra_modes(argv: Sequence[str]) -> None:
+    """At most one of Hydra's modes on the command line (`-m ... --cfg job` is the usual pair)."""
+    modes = list(dict.fromkeys(HYDRA_MODES[flag] for flag in (a.split("=", 1)[0] for a in argv)
+                               if flag in HYDRA_MODES))
+    if len(modes) > 1:
+        raise BadValue(f"{' and '.join(modes)} together: Hydra takes one of -m, --cfg, --info at a time (a sweep's "
+                       "config: the command without -m, with --cfg job)")
 
 
 def check_plugins(overrides: Sequence[str]) -> None:
@@ -58,6 +72,7 @@ def start(prog: str, argv: Sequence[str] | None = None) -> None:
         raise SystemExit(0)
     with one_line_errors(prog):
         check_environment()
+        check_hydra_modes(argv)
         check_plugins(argv)
 
 

@@ -1,15 +1,14 @@
-"""The training faces' domain, measured before step 1 and said in one line when it is one whose measured best keys
-differ from the recipe's.
+"""The training faces' domain, measured before step 1 of a recipe run and said in one line when it is one measured
+apart from the others: low resolution, faces that went through 16-32 pixels and back (`elasticface-convert lowres`,
+docs/finetune.md).
 
-One domain is measured so far beside the recipe's own (CFP's profiles): low resolution, faces that went through 16-32
-pixels and back (`elasticface-convert lowres`, docs/finetune.md), where `trainer.max_epochs=8 finetune.wise_alpha=0.95`
-did better than the recipe's 4 epochs. A face's detail is cheap to estimate: the smallest size it can be shrunk to and
-blown back from (bicubic, as the conversion does) that reproduces it within a grey level on average. On the
-training people of the LFW TinyFace stand-in (docs/evaluation.md), 64 faces drawn by each of three seeds: the aligned
-photos measure a median of 96 px of detail in 112 (10th to 90th percentile 80-112), the same faces through 16-32 px
-48 (32-56). A median at or under LOW_RESOLUTION of the input is said; the keys are not set for the user: on a second
-low-resolution domain (LFW's people at 16-32 px, docs/finetune.md "The default across three domains") they were
-level with the recipe, so the measurements do not support setting them. A key the user typed is left out of the line.
+There the keys measured best, `trainer.max_epochs=8 finetune.wise_alpha=0.95`, are the recipe's own since the rule of
+docs/finetune.md ("The default across three domains") chose them over three domains, so the line says the domain and
+whether this run keeps those keys; it never sets one (a typed key always wins). A face's detail is cheap to estimate:
+the smallest size it can be shrunk to and blown back from (bicubic, as the conversion does) that reproduces it within a
+grey level on average. On the training people of the LFW TinyFace stand-in (docs/evaluation.md), 64 faces drawn by
+each of three seeds: the aligned photos measure a median of 96 px of detail in 112 (10th to 90th percentile 80-112),
+the same faces through 16-32 px 48 (32-56). A median at or under LOW_RESOLUTION of the input is said.
 """
 
 from __future__ import annotations
@@ -28,12 +27,11 @@ LADDER = (8, 12, 16, 20, 24, 28, 32, 40, 48, 56, 64, 80, 96)
 TOLERANCE = 1.0
 #: at or under this share of the input (64 of 112 px) the faces are low-resolution
 LOW_RESOLUTION = 64 / 112
-#: the keys measured best at low resolution (docs/finetune.md, "A second domain: low-resolution faces"), and why
+#: the keys measured best at low resolution (docs/finetune.md, "The default across three domains"), and the evidence
 LOW_RESOLUTION_KEYS = {"trainer.max_epochs": 8, "finetune.wise_alpha": 0.95}
-EVIDENCE = ("on CFP's people at 16-32 px they gave 90.78 +- 0.19 (mean of CFP-FF and CFP-FP, 5 seeds, with the sharp "
-            "photos listed beside) where the recipe's 4 epochs gave 89.74 (seed 1), from 77.58 zero-shot; on LFW's "
-            "people at 16-32 px they were level with the recipe (+3.94 against +3.90 points over 90.37); "
-            "docs/finetune.md")
+EVIDENCE = ("+3.94 +- 0.32 points on LFW's people at 16-32 px from 90.37 zero-shot, against +3.90 +- 0.12 for 4 "
+            "epochs unmixed (3 seeds); 90.78 +- 0.19 on CFP's at 16-32 px, the sharp photos listed beside, from 77.58 "
+            "(5 seeds); docs/finetune.md")
 
 
 def detail_size(face: np.ndarray) -> int:
@@ -64,16 +62,16 @@ def median_detail(train_set: Any, sample: int = 64, seed: int = 0) -> tuple[int,
     return (int(np.median(sizes)), width) if sizes else None
 
 
-def domain_advice(train_set: Any, typed: set[str]) -> str | None:
-    """The line to say when the training faces look low-resolution and the user typed not every key measured best
-    there; else None."""
+def domain_advice(train_set: Any, run_values: dict[str, Any]) -> str | None:
+    """The line to say when the training faces look low-resolution, with the keys measured best there against this
+    run's values of them (`run_values`, key -> value); else None."""
     measured = median_detail(train_set)
     if measured is None or measured[0] > LOW_RESOLUTION * measured[1]:
         return None
-    left = {k: v for k, v in LOW_RESOLUTION_KEYS.items() if k not in typed}
-    if not left:
-        return None
     detail, width = measured
+    differ = {k: run_values.get(k) for k, v in LOW_RESOLUTION_KEYS.items() if run_values.get(k) != v}
+    keys = " ".join(f"{k}={v}" + (f" (this run: {differ[k]})" if k in differ else "")
+                    for k, v in LOW_RESOLUTION_KEYS.items())
     return (f"the training faces look low-resolution: about {detail} px of detail in {width} (the median of a sample; "
-            f"sharp aligned photos measure about 96): the keys measured best there are "
-            f"{' '.join(f'{k}={v}' for k, v in left.items())}, not set for you; {EVIDENCE}")
+            f"sharp aligned photos measure about 96): the keys measured best there are {keys}"
+            f"{'' if differ else ', as this run has them'}; {EVIDENCE}")

@@ -20,7 +20,7 @@ from typing import Any
 import pytorch_lightning as pl
 from torch import nn
 
-from elasticface.finetune.config import RECIPE, recipe_overrides, typed_keys
+from elasticface.finetune.config import RECIPE, recipe_overrides
 from elasticface.finetune.domain import domain_advice
 from elasticface.finetune.head_only import head_only_steps
 from elasticface.finetune.imprint import imprint_centers
@@ -85,14 +85,13 @@ class FineTuning(pl.Callback):
                                 progress.advance)
                 progress.done()
 
-    @staticmethod
-    def _say_domain(trainer: pl.Trainer) -> None:
-        """Before step 1 of the recipe: one line when the training faces look like a domain whose measured best keys
-        differ from the recipe's (finetune/domain.py)."""
-        overrides = recipe_overrides()
-        if overrides is None:
+    def _say_domain(self, trainer: pl.Trainer) -> None:
+        """Before step 1 of the recipe: one line when the training faces look like a domain measured apart, with its
+        best keys against this run's (finetune/domain.py)."""
+        if recipe_overrides() is None:
             return
-        line = domain_advice(trainer.datamodule.train_set, typed_keys(overrides))
+        line = domain_advice(trainer.datamodule.train_set,
+                             {"trainer.max_epochs": trainer.max_epochs, "finetune.wise_alpha": self.wise_alpha})
         if line:
             log.info("finetune=%s: %s", RECIPE, line)
 
