@@ -56,6 +56,8 @@ TRAIN_MISTAKES = [
     (["trainer.precision=17"], r"^trainer\.precision=17: expected one of"),
     (["seed=-3"], r"^seed=-3: out of range"),
     (["finetune.wise_alpha=2"], r"^finetune\.wise_alpha=2: out of range; expected a number >= 0 and <= 1"),
+    (["finetune=recipe"], r"^finetune=recipe fine-tunes loaded weights, but no weights= names the file"),
+    (["finetune.wise_alpha=0.9"], r"^finetune\.wise_alpha=0\.9 mixes the weights it was loaded from .* no weights="),
     (["resume=yes"], r"^resume='yes': expected one of null, auto"),
     (["-m", "sigma=0.05,-1"], r"^sigma=-1: out of range"),
     (["trainer.max_epochs=[1"], r"^cannot read the command line"),

@@ -32,6 +32,8 @@ CFG_ONLY = {("trainer", "gpu"), ("trainer", "ddp"), ("launcher", "slurm")}
 GPU_RECIPES = ("ms1mv2_r100", "casia_r50")
 #: options that start processes of their own (Lightning's DDP re-runs the command): run as a command
 PROCESSES = {("trainer", "ddp_cpu")}
+#: insightface's y1 as released (its MXNet file): the weights the fine-tuning recipe starts from
+Y1 = ROOT / "tests" / "data" / "mxnet" / "y1" / "model-0000.params"
 #: the user's data each data option reads (relative to the user_files folder)
 DATA = {"recordio": ["data.root={base}/data/faces_emore"],
         "folder": ["data.root={base}/data/my_faces", "data.val_sets.pairs_file={base}/data/pairs.txt"],
@@ -91,6 +93,8 @@ def command(group: str, option: str, base: Path) -> list[str]:
         return args + ([] if option == "tiny" else ["data.train_dataset.num_identities=8",
                                                       "data.val_sets.num_pairs=40", "data.val_sets.num_identities=10"])
     args.append("debug=tiny")
+    if (group, option) == ("finetune", "recipe"):  # the recipe fine-tunes loaded weights: y1's MXNet file
+        args.append(f"weights={Y1}")
     if (group, option) == ("experiment", "toy_2d"):  # debug=tiny's 32-d embedding, which the toy refuses
         args.append("model.embedding_size=2")
     if group in ("hparams_search", "launcher"):

@@ -18,7 +18,7 @@ from elasticface.cli.job_failures import checked_job
 from elasticface.cli.precheck import precheck
 from elasticface.cli.preflight import one_line_errors, start
 from elasticface.cli.resolvers import register_config_code
-from elasticface.finetune.config import with_recipe
+from elasticface.finetune.config import check_parts, with_recipe
 from elasticface.sweeps.halving import check_command_line
 from elasticface.utils.config import config_dir
 
@@ -39,7 +39,7 @@ def job(cfg: DictConfig) -> float | None:
 def main() -> None:
     """`--version`, the environment checks and `--help <group>` first (Hydra owns `--version` otherwise, and reads
     a group name as a broken override), `--help` (answered here, in a fifth of Hydra's time), then the command
-    line's keys and values, then the job; `weights=<file>` selects the fine-tuning recipe."""
+    line's keys and values and the fine-tune's parts, then the job; `weights=<file>` selects the fine-tuning recipe."""
     start(PROG)
     answer_group_help(PROG)
     sys.argv[1:] = with_recipe(sys.argv[1:])
@@ -47,6 +47,7 @@ def main() -> None:
         answer_help("train")
         cfg = precheck("train", sys.argv[1:], TRAIN)
         if cfg is not None:
+            check_parts(cfg, cfg.hydra.runtime.choices.get("finetune"))
             multirun = bool({"-m", "--multirun"} & set(sys.argv[1:])) or str(cfg.hydra.mode).endswith("MULTIRUN")
             check_command_line(cfg, [a for a in sys.argv[1:] if not a.startswith("-")], multirun)
     job()

@@ -92,12 +92,10 @@ def say_typed_over_recipe() -> None:
                  ", ".join(f"{k}={v[1]}" for k, v in typed.items()))
 
 
-def resolve(cfg: DictConfig) -> StartWeights | None:
-    """Fine-tuning's side of the config, before anything is built: each part checked once (a number >= 0, loaded
-    weights for the parts that need them, a head-only phase shorter than an epoch-bounded run), and with
-    `weights=<file>` the backbone and embedding size the file holds written into the config unless chosen
-    (finetune/architecture.py). Returns the file read, or None without weights."""
-    from elasticface.finetune.architecture import fit_to_weights
+def check_parts(cfg: DictConfig, choice: str | None = None) -> None:
+    """Each part of a fine-tune checked once, before anything is built (torch-free: the command line's precheck runs
+    it too): a number >= 0, WiSE-FT's share in [0, 1], loaded weights for the parts that need them and for the
+    recipe (`choice`: the finetune option), a head-only phase shorter than an epoch-bounded run."""
     from elasticface.finetune.head_only import head_only_steps
 
     parts = cfg.get("finetune") or {}
@@ -111,6 +109,10 @@ def resolve(cfg: DictConfig) -> StartWeights | None:
         raise BadValue(f"finetune.wise_alpha={alpha!r}: expected a number in [0, 1], the fine-tuned weights' share "
                          "of the final backbone (1: as trained, 0: the loaded weights)")
     path = cfg.get("weights")
+    if choice == RECIPE and not path:
+        raise BadValue(f"finetune={RECIPE} fine-tunes loaded weights, but no weights= names the file "
+                       "(weights=<backbone .pth or model-0000.params> selects the recipe itself; from scratch, leave "
+                       "finetune= out)")
     for key, (what, off) in NEED_WEIGHTS.items():
         if parts.get(key, off) != off and not path:
             value = str(parts.get(key)).lower() if isinstance(parts.get(key), bool) else parts.get(key)
@@ -118,6 +120,16 @@ def resolve(cfg: DictConfig) -> StartWeights | None:
                              "fine-tune: weights=<backbone .pth or model-0000.params>)")
     if OmegaConf.select(cfg, "trainer.max_steps", default=-1) in (None, -1) and cfg.trainer.get("max_epochs"):
         head_only_steps(float(parts.get("head_only_epochs") or 0), 1, int(cfg.trainer.max_epochs), unit="epochs")
+
+
+def resolve(cfg: DictConfig) -> StartWeights | None:
+    """Fine-tuning's side of the config, before anything is built: each part checked (check_parts), and with
+    `weights=<file>` the backbone and embedding size the file holds written into the config unless chosen
+    (finetune/architecture.py). Returns the file read, or None without weights."""
+    from elasticface.finetune.architecture import fit_to_weights
+
+    check_parts(cfg, RECIPE if recipe_overrides() is not None else None)
+    path = cfg.get("weights")
     if not path:
         return None
     say_typed_over_recipe()
